@@ -1,0 +1,1 @@
+"""Empirical auditing of mechanisms: lower bounds on epsilon, positive controls."""

@@ -1,0 +1,1 @@
+"""The ``dpkd`` command line."""

@@ -1,0 +1,1 @@
+"""Dataset loaders (sklearn digits, MNIST, Fashion-MNIST) and deterministic splits."""

@@ -1,0 +1,1 @@
+"""Mechanisms: noise-adding objects with a declared sensitivity and an exact event."""

@@ -1,0 +1,172 @@
+"""The mechanism contract: declared sensitivity, claimed guarantee, event, release and sample.
+
+Every mechanism of the package is a frozen, keyword-only dataclass deriving from
+:class:`Mechanism`. It validates its parameters in ``__post_init__`` (``ValueError`` naming the
+parameter), derives its noise scale from the declared sensitivity and the privacy parameter, and
+exposes:
+
+- ``sensitivity`` (:class:`Sensitivity`: value and :class:`Norm`),
+- ``epsilon`` / ``delta`` (the claimed guarantee of one release) and ``guarantee``,
+- ``event``: the ``DpEvent`` one release is charged as,
+- ``release(value, *, rng, ledger=None)``: validate the input, charge the ledger (which refuses
+  and raises before anything is sampled), then return one output,
+- ``sample(value, n, *, rng)``: n independent outputs, vectorised (stacked along axis 0),
+- ``neighbours()``: a worst-case pair of inputs for auditing.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+from dp_accounting import dp_event as _dp
+
+from dpkd_audit import _validate
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dpkd_audit.ledger import Ledger
+
+__all__ = ["Guarantee", "Mechanism", "Norm", "Sensitivity"]
+
+
+class Norm(enum.Enum):
+    """How the declared sensitivity is measured."""
+
+    L1 = "L1"
+    L2 = "L2"
+    #: One record changes at most ``value`` entries/labels (replace-one neighbours).
+    RECORDS = "records"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Sensitivity:
+    """A declared sensitivity: how far one record can move the input, and in which norm."""
+
+    value: float
+    norm: Norm
+
+    def __post_init__(self) -> None:
+        _validate.check_positive("sensitivity", self.value)
+        if not isinstance(self.norm, Norm):
+            raise ValueError(f"sensitivity norm must be a Norm ({', '.join(n.name for n in Norm)})"
+                             f"; got {self.norm!r}")
+
+    def __str__(self) -> str:
+        value = int(self.value) if float(self.value).is_integer() else self.value
+        return f"{value} ({self.norm.value})"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Guarantee:
+    """What one release promises: (epsilon, delta)-DP; pure when delta == 0."""
+
+    epsilon: float
+    delta: float = 0.0
+
+    @property
+    def is_pure(self) -> bool:
+        """Whether the guarantee is pure epsilon-DP."""
+        return self.delta == 0.0
+
+    def __str__(self) -> str:
+        if self.is_pure:
+            return f"{self.epsilon:g}-DP"
+        return f"({self.epsilon:g}, {self.delta:g})-DP"
+
+
+def coerce_sensitivity(value: Any, norm: Norm, *, integer: bool = False) -> Sensitivity:
+    """Turn a number (or a :class:`Sensitivity`) into a Sensitivity measured in ``norm``.
+
+    Raises:
+        ValueError: If the value is not > 0, is not an integer where required, or a
+            ``Sensitivity`` in another norm is given.
+    """
+    if isinstance(value, Sensitivity):
+        if value.norm is not norm:
+            raise ValueError(f"sensitivity must be measured in {norm.value} for this mechanism; "
+                             f"got {value.norm.value}")
+        value = value.value
+    if integer:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return Sensitivity(value=_validate.check_int("sensitivity", value, minimum=1), norm=norm)
+    return Sensitivity(value=_validate.check_positive("sensitivity", value), norm=norm)
+
+
+class Mechanism(abc.ABC):
+    """Abstract base of all mechanisms (concrete ones are frozen keyword-only dataclasses)."""
+
+    #: Short citation of the mechanism's source.
+    reference: ClassVar[str] = ""
+
+    # ----------------------------------------------------------------- declared properties
+    @property
+    @abc.abstractmethod
+    def sensitivity(self) -> Sensitivity:
+        """The declared sensitivity the noise is calibrated to."""
+
+    @property
+    @abc.abstractmethod
+    def event(self) -> _dp.DpEvent:
+        """The privacy event one release is charged as."""
+
+    @property
+    def guarantee(self) -> Guarantee:
+        """The claimed guarantee of one release."""
+        return Guarantee(epsilon=self.epsilon, delta=self.delta)
+
+    # ``epsilon`` is a dataclass field in every concrete mechanism; ``delta`` defaults to 0.
+    epsilon: float
+    delta: float = 0.0
+
+    @property
+    def label(self) -> str:
+        """Default ledger label: the mechanism's class name and guarantee."""
+        return f"{type(self).__name__} {self.guarantee}"
+
+    # ----------------------------------------------------------------- sampling
+    @abc.abstractmethod
+    def _check_value(self, value: Any) -> Any:
+        """Validate and normalise one input; raise ``ValueError`` naming the problem."""
+
+    @abc.abstractmethod
+    def _sample(self, value: Any, n: int, rng: np.random.Generator) -> Any:
+        """Draw ``n`` independent outputs for the validated ``value`` (stacked on axis 0)."""
+
+    @abc.abstractmethod
+    def neighbours(self) -> tuple[Any, Any]:
+        """A worst-case pair of neighbouring inputs (for auditing)."""
+
+    def sample(self, value: Any, n: int, *, rng: np.random.Generator) -> Any:
+        """``n`` independent outputs on ``value``, vectorised (not charged to any ledger).
+
+        For auditing and simulation only: a release of private data goes through
+        :meth:`release` with a ledger.
+        """
+        n = _validate.check_sample_count(n)
+        rng = _validate.check_generator(rng)
+        return self._sample(self._check_value(value), n, rng)
+
+    def release(self, value: Any, *, rng: np.random.Generator,
+                ledger: Ledger | None = None, label: str | None = None) -> Any:
+        """One private output on ``value``.
+
+        With a ``ledger``, the release is charged first: if the ledger refuses
+        (``BudgetExceededError``) nothing is sampled and nothing is returned; if it accepts, the
+        charge is durably recorded before the output exists.
+        """
+        rng = _validate.check_generator(rng)
+        value = self._check_value(value)
+        if ledger is not None:
+            ledger.charge(self.event, label=label or self.label)
+        return self._first(self._sample(value, 1, rng))
+
+    @staticmethod
+    def _first(batch: Any) -> Any:
+        if isinstance(batch, np.ndarray):
+            out = batch[0]
+            return out.item() if isinstance(out, np.generic) else out
+        return batch[0]

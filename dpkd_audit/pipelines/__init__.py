@@ -1,0 +1,1 @@
+"""End-to-end private knowledge-distillation pipelines (reverse k-NN, DP-DFD, DGD)."""

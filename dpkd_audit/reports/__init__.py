@@ -1,0 +1,1 @@
+"""Reports built from saved result records: plots and tables."""
