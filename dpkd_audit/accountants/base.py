@@ -122,6 +122,11 @@ class Accountant(abc.ABC):
         return copy.deepcopy(self)
 
     @property
+    def is_empty(self) -> bool:
+        """True while nothing has been composed."""
+        return not self._counts and not self._non_private
+
+    @property
     def is_non_private(self) -> bool:
         """True once a ``NonPrivateDpEvent`` has been composed (epsilon is then infinite)."""
         return self._non_private
