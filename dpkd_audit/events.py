@@ -319,7 +319,8 @@ class GaussianNoisyMaxDpEvent(_dp.DpEvent, DeclaredGuarantee):
                  f"sigma={self.sigma} does not give ({self.epsilon}, {self.delta})-DP: its exact "
                  f"delta at that epsilon is {actual}")
         _require(self.votes is None or len(self.votes) == self.num_classes,
-                 f"votes must have num_classes={self.num_classes} entries")
+                 f"votes must have num_classes={self.num_classes} entries; got "
+                 f"{None if self.votes is None else len(self.votes)}")
 
     def guarantee(self) -> tuple[float, float]:
         return (float(self.epsilon), float(self.delta))

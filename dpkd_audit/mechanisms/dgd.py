@@ -1,0 +1,105 @@
+"""DGD's generative-stream perturbation: Laplace noise on clipped VAE latent codes.
+
+Wang et al., "Discriminative-generative distillation" (DGD), Section III-E "Privacy Analysis":
+"we achieve eps1-differential privacy by adding Laplacian noise with scale 2c/eps1 to the
+normalized latent codes, where c is the dimension of latent codes" (experiments: c = 32,
+eps1 = 0.01).
+
+**What this protects (read before use).** The paper's neighbouring relation is "any two
+different images x_j and x'_j" fed to the VAE: the privacy unit is ONE synthetic image, i.e. one
+latent code, and this mechanism is exactly eps-DP for that unit. It gives NO record-level
+guarantee for the private training data: the synthetic images come from a generator fitted to a
+non-private baseline classifier, and nothing here bounds how much one private record influenced
+them (NOTES.md, "DGD"). Record-level accounting must treat the generative stream as non-private
+unless the generator itself was trained on DP outputs or public data.
+
+**Sensitivity.** Codes are first *clipped* coordinate-wise to [-clip, clip] (the paper's
+"normalized" codes with clip = 1). Values outside the box are moved to its boundary, silently:
+that is what makes the sensitivity finite. Any two clipped codes differ by at most 2 clip per
+coordinate, so the L1 sensitivity is 2 clip c and Laplace(2 clip c / eps) per coordinate is
+eps-DP (Dwork-Roth 2014, Theorem 3.6); for clip = 1 this is the paper's 2c/eps1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import numpy as np
+from dp_accounting import dp_event as _dp
+
+from dpkd_audit import _validate
+from dpkd_audit.mechanisms.base import Mechanism, Norm, Sensitivity
+from dpkd_audit.mechanisms.continuous import as_real_array
+
+__all__ = ["LatentCodeLaplace"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LatentCodeLaplace(Mechanism):
+    """Laplace(2 clip c / eps) on latent codes clipped to [-clip, clip]^c (DGD, Sec. III-E).
+
+    The privacy unit is ONE synthetic image / latent code, not a private training record (the
+    paper's own argument); it gives no record-level guarantee (see the module docstring).
+
+    Input: one code of shape ``(latent_dim,)`` or a batch ``(m, latent_dim)`` whose rows are
+    different synthetic samples. Changing one synthetic sample changes one row, so a batch
+    release is still eps-DP for the unit (parallel composition over rows, McSherry 2009,
+    Theorem 4) and is charged as one event. Output: the clipped codes plus noise, with the same
+    shape (``sample`` stacks ``n`` outputs on a new axis 0). Floating-point sampler
+    (``Generator.laplace``).
+
+    Attributes:
+        epsilon: Claimed epsilon per synthetic sample (> 0); the paper's eps1.
+        latent_dim: The latent dimension c (>= 1).
+        clip: Half-width of the clipping box (> 0), default 1.
+    """
+
+    reference: ClassVar[str] = "Wang et al. (DGD), Sec. III-E; Dwork-Roth 2014 Thm 3.6"
+
+    epsilon: float
+    latent_dim: int
+    clip: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", _validate.check_epsilon(self.epsilon))
+        object.__setattr__(self, "latent_dim",
+                           _validate.check_int("latent_dim", self.latent_dim, minimum=1))
+        object.__setattr__(self, "clip", _validate.check_positive("clip", self.clip))
+
+    @property
+    def sensitivity(self) -> Sensitivity:
+        """L1 distance between any two codes of [-clip, clip]^c: 2 clip c."""
+        return Sensitivity(value=2.0 * self.clip * self.latent_dim, norm=Norm.L1)
+
+    @property
+    def scale(self) -> float:
+        """Laplace scale per coordinate: 2 clip c / eps (DGD: 2c/eps1)."""
+        return self.sensitivity.value / self.epsilon
+
+    @property
+    def event(self) -> _dp.DpEvent:
+        # noise_multiplier = scale / L1 sensitivity = 1/eps (dp_accounting's convention).
+        return _dp.LaplaceDpEvent(noise_multiplier=1.0 / self.epsilon)
+
+    def normalise(self, codes: Any) -> np.ndarray:
+        """The codes clipped to [-clip, clip] coordinate-wise (validated like a release input)."""
+        return self._check_value(codes)
+
+    def _check_value(self, value: Any) -> np.ndarray:
+        arr = as_real_array(value, "codes")
+        if arr.ndim not in (1, 2) or arr.shape[-1] != self.latent_dim or arr.shape[0] < 1:
+            raise ValueError(f"codes must have shape (latent_dim,) or (m, latent_dim) with "
+                             f"latent_dim={self.latent_dim}; got shape {arr.shape}")
+        return np.clip(arr, -self.clip, self.clip)
+
+    def _sample(self, value: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        return value + rng.laplace(0.0, self.scale, size=(n, *value.shape))
+
+    def neighbours(self) -> tuple[np.ndarray, np.ndarray]:
+        """The opposite corners of the box, (-clip, ..., -clip) and (clip, ..., clip).
+
+        Their L1 distance is the full sensitivity 2 clip c, spread over all coordinates.
+        """
+        ones = np.ones(self.latent_dim)
+        return -self.clip * ones, self.clip * ones
