@@ -200,6 +200,11 @@ class CollisionDpEvent(_dp.DpEvent, DeclaredGuarantee):
         _check_count("domain_size", self.domain_size, 1)
         _check_count("cardinality", self.cardinality, 1)
         _check_count("bloom_length", self.bloom_length, 2)
+        _require(self.cardinality <= self.domain_size,
+                 f"cardinality must be <= domain_size={self.domain_size}; got {self.cardinality}")
+        _require(self.bloom_length > self.cardinality,
+                 f"bloom_length must be > cardinality={self.cardinality} (Definition 5 needs a "
+                 f"non-hashed cell); got {self.bloom_length}")
 
     def guarantee(self) -> tuple[float, float]:
         return (float(self.epsilon), 0.0)

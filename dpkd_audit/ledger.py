@@ -133,6 +133,32 @@ class Ledger:
         if self._path is not None:
             self._open()
 
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, accountant: Accountant | None = None,
+             timeout: float = 60.0) -> Ledger:
+        """Open an existing ledger file with the budget stored in it.
+
+        Raises:
+            LedgerError: If ``path`` does not exist.
+            LedgerCorruptError: If it is not a sound dpkd-audit ledger.
+        """
+        path = Path(path)
+        if not path.exists():
+            raise LedgerError(f"no ledger at {path}")
+        cls._validate_header(path)
+        try:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout)
+            try:
+                meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            finally:
+                conn.close()
+            epsilon, delta = float(meta["epsilon"]), float(meta["delta"])
+        except (sqlite3.DatabaseError, KeyError, ValueError) as exc:
+            raise LedgerCorruptError(
+                f"{path} is not a readable dpkd-audit ledger ({exc}); refusing to use it") from exc
+        return cls(epsilon=epsilon, delta=delta, accountant=accountant, path=path,
+                   timeout=timeout)
+
     # ------------------------------------------------------------------ properties
     @property
     def epsilon(self) -> float:
@@ -298,7 +324,8 @@ class Ledger:
         self._conn = conn
         self._sync()
 
-    def _validate_header(self, path: Path) -> None:
+    @staticmethod
+    def _validate_header(path: Path) -> None:
         try:
             with open(path, "rb") as fh:
                 header = fh.read(len(_SQLITE_HEADER))

@@ -1,1 +1,130 @@
-"""Mechanisms: noise-adding objects with a declared sensitivity and an exact event."""
+"""Mechanisms: noise-adding objects with a declared sensitivity, a claimed guarantee and an event.
+
+Every mechanism is a frozen, keyword-only dataclass (see :class:`~dpkd_audit.mechanisms.base.
+Mechanism`) with ``sensitivity``, ``epsilon``/``delta``, ``event``, ``release(value, *, rng,
+ledger=None)``, vectorised ``sample(value, n, *, rng)`` and ``neighbours()``.
+:func:`catalogue` lists them with an example configuration, derived from the code itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from dpkd_audit.mechanisms.base import Guarantee, Mechanism, Norm, Sensitivity
+from dpkd_audit.mechanisms.continuous import Gaussian, Laplace
+from dpkd_audit.mechanisms.dgd import LatentCodeLaplace
+from dpkd_audit.mechanisms.discrete import DiscreteGaussian, DiscreteLaplace
+from dpkd_audit.mechanisms.pate import GaussianNoisyMax, LaplaceNoisyMax
+from dpkd_audit.mechanisms.randomized_response import RandomizedResponse
+from dpkd_audit.mechanisms.rknn import (
+    BitRandomizedResponse,
+    Collision,
+    ReverseKnnCountRelease,
+    noisy_argmax,
+    reverse_knn_answers,
+    reverse_knn_counts,
+)
+from dpkd_audit.mechanisms.selective_rr import SelectiveRandomizedResponse
+from dpkd_audit.mechanisms.shuffle import ShuffledHistogram, ShuffledRandomizer
+
+__all__ = [
+    "CATALOGUE",
+    "BitRandomizedResponse",
+    "CatalogueEntry",
+    "Collision",
+    "DiscreteGaussian",
+    "DiscreteLaplace",
+    "Gaussian",
+    "GaussianNoisyMax",
+    "Guarantee",
+    "Laplace",
+    "LaplaceNoisyMax",
+    "LatentCodeLaplace",
+    "Mechanism",
+    "Norm",
+    "RandomizedResponse",
+    "ReverseKnnCountRelease",
+    "SelectiveRandomizedResponse",
+    "Sensitivity",
+    "ShuffledHistogram",
+    "ShuffledRandomizer",
+    "catalogue",
+    "noisy_argmax",
+    "reverse_knn_answers",
+    "reverse_knn_counts",
+]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CatalogueEntry:
+    """One mechanism of the package with an example configuration and its privacy scope."""
+
+    example: Callable[[], Mechanism]
+    scope: str
+
+
+CATALOGUE: tuple[CatalogueEntry, ...] = (
+    CatalogueEntry(example=lambda: Laplace(epsilon=1.0), scope="central"),
+    CatalogueEntry(example=lambda: Gaussian(epsilon=1.0, delta=1e-5), scope="central"),
+    CatalogueEntry(example=lambda: DiscreteLaplace(epsilon=1.0), scope="central, integers"),
+    CatalogueEntry(example=lambda: DiscreteGaussian(epsilon=1.0, delta=1e-5),
+                   scope="central, integers"),
+    CatalogueEntry(example=lambda: RandomizedResponse(epsilon=1.0, num_classes=10),
+                   scope="local, one label"),
+    CatalogueEntry(example=lambda: ReverseKnnCountRelease(epsilon=0.1, k=2, num_queries=40,
+                                                          num_classes=10),
+                   scope="central, s x |Y| vote counts"),
+    CatalogueEntry(example=lambda: BitRandomizedResponse(epsilon=1.0, k=2, num_queries=10,
+                                                         num_classes=10),
+                   scope="local, one client's answer"),
+    CatalogueEntry(example=lambda: Collision(epsilon=1.0, domain_size=100, cardinality=2),
+                   scope="local, one client's answer"),
+    CatalogueEntry(example=lambda: ShuffledRandomizer(
+        local=RandomizedResponse(epsilon=1.0, num_classes=10), num_users=10_000, delta=1e-6),
+        scope="shuffle, one user's report"),
+    CatalogueEntry(example=lambda: ShuffledHistogram(epsilon=1.0, delta=1e-6, num_users=1000,
+                                                     num_bins=10),
+                   scope="shuffle, one user's bin"),
+    CatalogueEntry(example=lambda: LaplaceNoisyMax.from_noise_scale(40.0, 10),
+                   scope="one teacher's vote"),
+    CatalogueEntry(example=lambda: GaussianNoisyMax(epsilon=1.0, delta=1e-5, num_classes=10),
+                   scope="one teacher's vote"),
+    CatalogueEntry(example=lambda: SelectiveRandomizedResponse(epsilon=1.0, num_classes=10),
+                   scope="one teacher label (not record level)"),
+    CatalogueEntry(example=lambda: LatentCodeLaplace(epsilon=0.01, latent_dim=32),
+                   scope="one synthetic sample (not record level)"),
+)
+
+
+def catalogue() -> list[dict[str, str]]:
+    """One row per mechanism: name, sensitivity, guarantee, event, scope and paper.
+
+    Every field is read off an example instance, so the table cannot drift from the code.
+    """
+    rows = []
+    for entry in CATALOGUE:
+        mech = entry.example()
+        rows.append({
+            "mechanism": type(mech).__name__,
+            "example": _example_text(mech),
+            "sensitivity": str(mech.sensitivity),
+            "guarantee": str(mech.guarantee),
+            "event": type(mech.event).__name__,
+            "scope": entry.scope,
+            "paper": type(mech).reference,
+        })
+    return rows
+
+
+def _example_text(mech: Mechanism) -> str:
+    parts = []
+    for field in dataclasses.fields(mech):
+        value = getattr(mech, field.name)
+        if isinstance(value, Mechanism):
+            value = type(value).__name__
+        elif isinstance(value, Sensitivity) or value is None:
+            continue
+        parts.append(f"{field.name}={value:g}" if isinstance(value, float)
+                     else f"{field.name}={value}")
+    return ", ".join(parts)

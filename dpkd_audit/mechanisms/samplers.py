@@ -36,6 +36,11 @@ def rational_at_least(value: float, *, max_denominator: int = 1 << 20,
                       name: str = "value") -> Fraction:
     """The simplest rational >= ``value`` with denominator <= ``max_denominator`` (or 2^20 grid).
 
+    Note: ``value`` is a float; if it is itself a rounded quotient (such as ``Delta / epsilon``),
+    the exact quotient may lie half an ulp above it. Callers that need the bound against the
+    exact quotient compare with ``Fraction(Delta) / Fraction(epsilon)`` afterwards, as
+    :mod:`dpkd_audit.mechanisms.discrete` does.
+
     Args:
         value: A finite real number > 0.
         max_denominator: Bound on the denominator of the approximation.

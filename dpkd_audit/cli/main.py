@@ -1,0 +1,153 @@
+"""``dpkd``: the command line (thin: parse, call the layers below, print)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["build_parser", "main"]
+
+
+def _cmd_mechanisms(args: argparse.Namespace) -> int:
+    from dpkd_audit.mechanisms import catalogue
+
+    rows = catalogue()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    headers = ["mechanism", "sensitivity", "guarantee", "event", "paper"]
+    print(_table(headers, [[r[h] for h in headers] for r in rows]))
+    return 0
+
+
+def _cmd_ledger(args: argparse.Namespace) -> int:
+    from dpkd_audit.ledger import Ledger
+
+    ledger = Ledger.open(args.path)
+    spent = ledger.spent()
+    charges = ledger.charges()
+    if args.json:
+        print(json.dumps({
+            "path": str(args.path), "budget_epsilon": ledger.epsilon,
+            "budget_delta": ledger.delta, "spent_epsilon": float(spent.epsilon),
+            "method": spent.epsilon.method, "kind": spent.epsilon.kind.value,
+            "charges": [{"seq": c.seq, "label": c.label, "event": repr(c.event),
+                         "created": c.created, "pid": c.pid} for c in charges]}, indent=2))
+        return 0
+    print(f"ledger {args.path}: budget epsilon={ledger.epsilon:g}, delta={ledger.delta:g}")
+    print(f"spent epsilon={float(spent.epsilon):.6g} ({spent.epsilon.method}, "
+          f"{spent.epsilon.kind.value}); remaining {spent.remaining_epsilon:.6g}; "
+          f"{len(charges)} charge(s)")
+    if charges:
+        print(_table(["#", "label", "event"],
+                     [[c.seq, c.label, repr(c.event)] for c in charges[-args.last:]]))
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from dpkd_audit.ledger import Ledger
+    from dpkd_audit.pipelines.quickstart import QuickstartConfig, run
+
+    config = QuickstartConfig(epsilon=args.epsilon, clusters=args.clusters, k=args.k,
+                              seed=args.seed)
+    budget = args.budget if args.budget is not None else args.epsilon
+    ledger = (Ledger.open(args.ledger) if args.ledger and _exists(args.ledger)
+              else Ledger(epsilon=budget, path=args.ledger))
+    result = run(config, ledger=ledger, rng=np.random.default_rng(args.seed))
+    spent = ledger.spent()
+    record = {
+        "task": "reverse k-NN private labelling (label-only quick start)",
+        "dataset": "sklearn digits (embedded)", "epsilon": result.epsilon,
+        "clusters": config.clusters, "k": config.k,
+        "public_size": result.public_size, "private_size": result.private_size,
+        "label_accuracy": result.label_accuracy,
+        "label_accuracy_without_noise": result.label_accuracy_without_noise,
+        "ledger": str(args.ledger) if args.ledger else "in memory",
+        "ledger_spent_epsilon": float(spent.epsilon), "ledger_budget_epsilon": ledger.epsilon,
+        "seconds": round(result.seconds, 3),
+    }
+    if args.json:
+        print(json.dumps(record, indent=2))
+    else:
+        for key, value in record.items():
+            print(f"{key:>30}: {value}")
+    return 0
+
+
+def _exists(path: str) -> bool:
+    from pathlib import Path
+
+    return Path(path).exists()
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+             for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from exc
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``dpkd`` (one sub-parser per subcommand)."""
+    parser = argparse.ArgumentParser(
+        prog="dpkd",
+        description="Differential-privacy accounting and mechanism auditing for private "
+                    "knowledge distillation.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("demo", help="quick start on the embedded digits: private reverse k-NN "
+                                    "labels released through a ledger")
+    p.add_argument("--epsilon", type=_positive_float, default=1.0,
+                   help="epsilon of the count release (default 1.0)")
+    p.add_argument("--clusters", type=int, default=20, help="number of queries s (default 20)")
+    p.add_argument("--k", type=int, default=1, help="nearest queries per record (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of split, k-means and noise")
+    p.add_argument("--ledger", help="SQLite ledger file (created if missing; resumed if present)")
+    p.add_argument("--budget", type=_positive_float,
+                   help="budget epsilon of a new ledger (default: --epsilon)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("mechanisms", help="list the package's mechanisms")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_mechanisms)
+
+    p = sub.add_parser("ledger", help="show a ledger file: budget, spent epsilon, charges")
+    p.add_argument("path", help="the SQLite ledger file")
+    p.add_argument("--last", type=int, default=20, help="show the last N charges (default 20)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_ledger)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``dpkd`` console script."""
+    from dpkd_audit.errors import BudgetExceededError, LedgerError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, BudgetExceededError, LedgerError) as exc:
+        print(f"dpkd {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""k-ary randomized response on labels, and its unbiased server-side histogram estimator.
+
+Warner 1965 (binary randomized response); Kairouz, Oh, Viswanath, "Extremal mechanisms for local
+differential privacy", JMLR 2016 (k-ary RR, optimal in the high-privacy regime); Wang, Blocki,
+Li, Jha, "Locally differentially private protocols for frequency estimation", USENIX Security
+2017, Section 4.1 ("direct encoding") for the unbiased frequency estimator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+from dp_accounting import dp_event as _dp
+
+from dpkd_audit import _validate
+from dpkd_audit.mechanisms.base import Mechanism, Norm, Sensitivity
+
+__all__ = ["MAX_RR_EPSILON", "RandomizedResponse"]
+
+#: Largest epsilon accepted: beyond it the event's noise parameter k/(e^eps + k - 1) leaves the
+#: normal double range and the mechanism is not private in any useful sense anyway.
+MAX_RR_EPSILON = 700.0
+
+
+def _rr_event_guarantee(p: float, k: int) -> float:
+    """Epsilon of dp_accounting's RR event with noise parameter p over k buckets.
+
+    Keep w.p. 1 - p + p/k, any other bucket w.p. p/k: eps = ln(1 + k(1-p)/p)
+    (Warner 1965; Kairouz-Oh-Viswanath 2016). Same formula as ``accountants.pure``.
+    """
+    return math.log1p(k * (1.0 - p) / p)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RandomizedResponse(Mechanism):
+    """k-ary randomized response: keep the true label w.p. e^eps/(e^eps+k-1), else a uniform other.
+
+    Warner 1965; Kairouz-Oh-Viswanath 2016: each other label has probability 1/(e^eps+k-1),
+    so the likelihood ratio of any output under two inputs is at most e^eps: pure eps-(L)DP
+    when one record changes one label (``Sensitivity(1, Norm.RECORDS)``). An array input is a
+    batch of labels of *distinct* records, each randomized independently: one record changes one
+    entry, so a release is still eps-DP (parallel composition). If one record owns several
+    entries, the guarantee is eps times that number (basic composition), which this class does
+    not charge.
+
+    Sampling (floating point, documented): the label is changed when ``rng.random() < q_flip``
+    with q_flip = (k-1)/(e^eps + k - 1) computed accurately and nudged up by 1e-15 relative;
+    ``rng.random()`` returns multiples of 2^-53, so the real flip probability is
+    ceil(q_flip * 2^53) / 2^53 >= the ideal one (at least 2^-53, even for huge eps), and the
+    replacement label is an exact uniform integer over the other k-1 labels. More flipping only
+    lowers the likelihood ratio, so the real epsilon is <= the claim.
+
+    Attributes:
+        epsilon: Claimed epsilon of one release (> 0, <= 700).
+        num_classes: Number of labels k (an integer >= 2); labels are 0..k-1.
+    """
+
+    reference = "Warner 1965; Kairouz-Oh-Viswanath JMLR 2016 (k-ary randomized response)"
+
+    epsilon: float
+    num_classes: int
+
+    def __post_init__(self) -> None:
+        eps = _validate.check_epsilon(self.epsilon)
+        if eps > MAX_RR_EPSILON:
+            raise ValueError(f"epsilon must be a real number in (0, {MAX_RR_EPSILON:g}] for "
+                             f"randomized response; got {eps!r}")
+        object.__setattr__(self, "epsilon", eps)
+        object.__setattr__(self, "num_classes",
+                           _validate.check_int("num_classes", self.num_classes, minimum=2))
+
+    @property
+    def sensitivity(self) -> Sensitivity:
+        """One record changes at most one label (replace-one neighbours)."""
+        return Sensitivity(value=1, norm=Norm.RECORDS)
+
+    # ------------------------------------------------------------------ probabilities
+    @property
+    def keep_probability(self) -> float:
+        """Probability p = e^eps / (e^eps + k - 1) = 1 / (1 + (k-1) e^-eps) of the true label."""
+        return 1.0 / (1.0 + (self.num_classes - 1) * math.exp(-self.epsilon))
+
+    @property
+    def other_probability(self) -> float:
+        """Probability q = 1 / (e^eps + k - 1) = (1 - p)/(k - 1) of each other label."""
+        return 1.0 / (self.num_classes + math.expm1(self.epsilon))
+
+    @property
+    def noise_parameter(self) -> float:
+        """The RandomizedResponseDpEvent noise parameter k/(e^eps + k - 1).
+
+        dp_accounting's RR replaces the input, with this probability, by a uniform bucket.
+
+        Keep w.p. 1 - p + p/k = e^eps/(e^eps+k-1) as required. Rounded down by at most a few ulps
+        so that the event's epsilon ln(1 + k(1-p)/p) is never below the claimed epsilon.
+        """
+        k = self.num_classes
+        p = k / (k + math.expm1(self.epsilon))
+        for _ in range(64):  # a float p is within 1 ulp; each step moves it by 1 ulp
+            if _rr_event_guarantee(p, k) >= self.epsilon:
+                break
+            p = math.nextafter(p, 0.0)
+        return p
+
+    @property
+    def event(self) -> _dp.DpEvent:
+        return _dp.RandomizedResponseDpEvent(noise_parameter=self.noise_parameter,
+                                             num_buckets=self.num_classes)
+
+    # ------------------------------------------------------------------ sampling
+    def _check_labels(self, value: Any, name: str) -> np.ndarray:
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name} must be an integer label or an array of integer labels; "
+                             f"got {type(value).__name__}") from exc
+        if arr.dtype.kind not in "iu":
+            raise ValueError(f"{name} must be integer labels in [0, {self.num_classes}) "
+                             f"(integer dtype); got dtype {arr.dtype} ({type(value).__name__})")
+        if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= self.num_classes):
+            raise ValueError(f"{name} must be integer labels in [0, {self.num_classes}); got "
+                             f"entries in [{arr.min()}, {arr.max()}]")
+        return arr.astype(np.int64)
+
+    def _check_value(self, value: Any) -> np.ndarray:
+        return self._check_labels(value, "value")
+
+    def _sample(self, value: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        k = self.num_classes
+        q_flip = (k - 1) / (k + math.expm1(self.epsilon))
+        q_flip = min(1.0, q_flip * (1.0 + 1e-15))
+        out = np.broadcast_to(value, (n, *value.shape)).copy()
+        flip = rng.random(out.shape) < q_flip
+        # A uniform *other* label: shift by a uniform offset in {1, ..., k-1} (mod k).
+        out[flip] = (out[flip] + rng.integers(1, k, size=int(flip.sum()))) % k
+        return out
+
+    def neighbours(self) -> tuple[int, int]:
+        return (0, 1)
+
+    # ------------------------------------------------------------------ server side
+    def estimate_counts(self, reports: Any) -> np.ndarray:
+        """Unbiased estimate of the true label histogram from randomized reports.
+
+        Wang-Blocki-Li-Jha 2017, Sec. 4.1 (direct encoding) / Kairouz-Oh-Viswanath 2016: with c_j
+        the number of reports equal to j among n, E[c_j] = n_j p + (n - n_j) q, so
+        n_j_hat = (c_j - n q) / (p - q) is unbiased; with m = e^eps - 1 this is
+        (c_j (k + m) - n) / m. Post-processing of the reports: no privacy cost.
+
+        Args:
+            reports: Integer labels in [0, k) (any shape; every entry is one report).
+
+        Returns:
+            A float64 array of length k (entries may be negative; they sum to n).
+        """
+        arr = self._check_labels(reports, "reports").ravel()
+        k = self.num_classes
+        m = math.expm1(self.epsilon)
+        counts = np.bincount(arr, minlength=k).astype(np.float64)
+        return (counts * (k + m) - arr.size) / m

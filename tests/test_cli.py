@@ -1,0 +1,78 @@
+"""The ``dpkd`` command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dpkd_audit import Ledger
+from dpkd_audit.cli.main import main
+from dpkd_audit.events import PureDpEvent
+
+
+def test_help_lists_subcommands():
+    out = subprocess.run([sys.executable, "-m", "dpkd_audit.cli.main", "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    for command in ("demo", "mechanisms", "ledger"):
+        assert command in out
+
+
+def test_mechanisms_table_lists_every_catalogued_mechanism(capsys):
+    from dpkd_audit.mechanisms import catalogue
+
+    assert main(["mechanisms", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["mechanism"] for r in rows] == [r["mechanism"] for r in catalogue()]
+    assert len(rows) >= 15
+
+
+def test_ledger_show(tmp_path, capsys):
+    path = tmp_path / "l.sqlite"
+    with Ledger(epsilon=2.0, path=path) as ledger:
+        ledger.charge(PureDpEvent(0.5), label="first release")
+    assert main(["ledger", str(path), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["budget_epsilon"] == 2.0
+    assert shown["spent_epsilon"] == pytest.approx(0.5)
+    assert shown["charges"][0]["label"] == "first release"
+    assert main(["ledger", str(path)]) == 0
+    assert "remaining 1.5" in capsys.readouterr().out
+
+
+def test_ledger_show_missing_and_foreign_files(tmp_path, capsys):
+    assert main(["ledger", str(tmp_path / "missing.sqlite")]) == 2
+    assert "no ledger" in capsys.readouterr().err
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("not a ledger")
+    assert main(["ledger", str(foreign)]) == 2
+    assert "refusing" in capsys.readouterr().err
+
+
+def test_demo_runs_on_embedded_digits_and_charges_the_ledger(tmp_path, capsys):
+    path = tmp_path / "demo.sqlite"
+    assert main(["demo", "--epsilon", "1.0", "--ledger", str(path), "--budget", "1.5",
+                 "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["ledger_spent_epsilon"] <= 1.0 + 1e-12
+    assert record["label_accuracy"] > 0.8  # digits clusters are fairly pure; noise is small
+    # a second run would need another 1.0: the resumed ledger refuses it
+    assert main(["demo", "--epsilon", "1.0", "--ledger", str(path)]) == 2
+    assert "refused" in capsys.readouterr().err
+    assert len(Ledger.open(path).charges()) == 1
+
+
+@pytest.mark.parametrize("argv", [["demo", "--epsilon", "0"], ["demo", "--epsilon", "nan"],
+                                  ["demo", "--epsilon", "x"]])
+def test_demo_rejects_bad_epsilon(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert "epsilon" in capsys.readouterr().err
+
+
+def test_demo_rejects_k_above_clusters(capsys):
+    assert main(["demo", "--clusters", "5", "--k", "6"]) == 2
+    assert "k must be" in capsys.readouterr().err
