@@ -13,11 +13,11 @@ from scipy import special
 
 __all__ = [
     "analytic_gaussian_delta",
-    "smallest_satisfying",
     "calibrate_analytic_gaussian",
     "calibrate_discrete_gaussian",
     "discrete_gaussian_delta",
     "discrete_gaussian_pmf",
+    "smallest_satisfying",
 ]
 
 
@@ -82,7 +82,7 @@ def discrete_gaussian_pmf(sigma: float, support: np.ndarray) -> np.ndarray:
     Definition 1: P[X = x] = exp(-x^2 / (2 sigma^2)) / sum_y exp(-y^2 / (2 sigma^2)).
     """
     support = np.asarray(support)
-    half = int(math.ceil(40 * sigma)) + 2
+    half = math.ceil(40 * sigma) + 2
     grid = np.arange(-half, half + 1, dtype=np.float64)
     log_norm = special.logsumexp(-(grid**2) / (2 * sigma**2))
     return np.exp(-(support.astype(np.float64) ** 2) / (2 * sigma**2) - log_norm)
@@ -95,7 +95,7 @@ def discrete_gaussian_delta(epsilon: float, sigma: float, sensitivity: int = 1) 
     delta = P[X > eps sigma^2/Delta - Delta/2] - e^eps P[X > eps sigma^2/Delta + Delta/2].
     The tails are summed over the exact (truncated at 40 sigma, error < 1e-300) pmf.
     """
-    half = int(math.ceil(40 * sigma)) + sensitivity + 2
+    half = math.ceil(40 * sigma) + sensitivity + 2
     grid = np.arange(-half, half + 1)
     pmf = discrete_gaussian_pmf(sigma, grid)
     t1 = epsilon * sigma**2 / sensitivity - sensitivity / 2.0

@@ -18,8 +18,8 @@ __all__ = [
     "check_epsilon",
     "check_generator",
     "check_int",
-    "check_probability",
     "check_positive",
+    "check_probability",
     "check_sample_count",
 ]
 

@@ -133,7 +133,7 @@ class CalibratedGaussianDpEvent(_dp.GaussianDpEvent, DeclaredGuarantee):
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
 class DiscreteGaussianDpEvent(_dp.DpEvent, DeclaredGuarantee):
-    """Discrete Gaussian N_Z(0, sigma^2) added to an integer vector of L2 sensitivity ``sensitivity``.
+    """Discrete Gaussian N_Z(0, sigma^2) noise on integers of L2 sensitivity ``sensitivity``.
 
     Canonne-Kamath-Steinke 2020: (Delta^2/(2 sigma^2))-zCDP (Thm 14) and the exact (epsilon,
     delta) curve of Theorem 7 for one-dimensional releases; the declared pair is checked against
@@ -247,10 +247,11 @@ class ShuffledLocalDpEvent(_dp.DpEvent, DeclaredGuarantee):
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
 class ShuffledHistogramDpEvent(_dp.DpEvent, DeclaredGuarantee):
-    """Multi-message shuffled histogram (Ghazi et al. 2020): (epsilon, delta)-DP in the shuffle model.
+    """Multi-message shuffled histogram (Ghazi et al. 2020): (epsilon, delta)-DP, shuffle model.
 
-    ``epsilon`` and ``delta`` are the central guarantee of the protocol's theorem for
-    ``num_users`` users and ``num_bins`` bins.
+    ``epsilon`` and ``delta`` are the central guarantee for the analyzer's full view (+1 and -1
+    message counts per bin) of ``num_users`` users and ``num_bins`` bins, as computed by
+    :func:`dpkd_audit.mechanisms.shuffle.shuffled_histogram_delta`.
     """
 
     epsilon: float

@@ -141,7 +141,7 @@ def test_closed_ledger_refuses_to_charge(tmp_path):
 def test_budget_mismatch_is_refused(tmp_path):
     path = tmp_path / "l.sqlite"
     Ledger(epsilon=1.0, delta=1e-6, path=path).close()
-    with pytest.raises(LedgerMismatchError, match="epsilon=1.0"):
+    with pytest.raises(LedgerMismatchError, match=r"epsilon=1\.0"):
         Ledger(epsilon=2.0, delta=1e-6, path=path)
 
 
@@ -287,7 +287,7 @@ def test_concurrent_creation_yields_one_ledger(tmp_path):
         print("ok")
     """, str(path), f"p{i}") for i in range(4)]
     for child in children:
-        stdout, stderr = child.communicate(timeout=120)
+        _stdout, stderr = child.communicate(timeout=120)
         assert child.returncode == 0, stderr
     assert sorted(c.label for c in Ledger(epsilon=1.0, path=path).charges()) == [
         "p0", "p1", "p2", "p3"]

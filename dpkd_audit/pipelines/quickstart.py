@@ -76,7 +76,7 @@ def run(config: QuickstartConfig, *, ledger: Ledger, rng: np.random.Generator) -
     digits = load_digits()
     x, y = digits.data.astype(np.float64) / 16.0, digits.target
     order = np.random.default_rng(config.seed).permutation(len(x))
-    n_public = int(round(config.public_fraction * len(x)))
+    n_public = round(config.public_fraction * len(x))
     if config.clusters > n_public:
         raise ValueError(f"clusters must be <= the public set size {n_public}; "
                          f"got {config.clusters}")
