@@ -419,7 +419,7 @@ def statistic_of(views: np.ndarray, counts: np.ndarray, size: int) -> np.ndarray
     return t.ravel()
 
 
-@pytest.mark.parametrize("method", ["sample", "simulate"])
+@pytest.mark.parametrize("method", ["sample", "protocol_sample"])
 def test_histogram_full_view_follows_the_accounted_law(method):
     # The accounting treats T (= #plus - count when #plus - count <= #minus, else 'top') as a
     # sufficient statistic of each bin's view, with an exact law; the sampled views must follow
@@ -514,7 +514,7 @@ def test_histogram_rejects_bad_inputs():
         with pytest.raises(ValueError, match=pattern):
             mech.sample(bad, 1, rng=rng)
         with pytest.raises(ValueError, match=pattern):
-            mech.simulate(bad, 1, rng=rng)
+            mech.protocol_sample(bad, 1, rng=rng)
     with pytest.raises(ValueError, match="num_bins=3"):
         mech.estimate(np.zeros((4, 2), dtype=int))
     with pytest.raises(ValueError, match="integer"):

@@ -19,7 +19,15 @@ def _cmd_mechanisms(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    headers = ["mechanism", "sensitivity", "guarantee", "event", "paper"]
+    if args.markdown:
+        headers = ["mechanism", "example", "sensitivity", "guarantee", "scope", "paper"]
+        print("| " + " | ".join(headers) + " |")
+        print("|" + "---|" * len(headers))
+        for row in rows:
+            print("| " + " | ".join(f"`{row[h]}`" if h == "mechanism" else row[h]
+                                    for h in headers) + " |")
+        return 0
+    headers = ["mechanism", "sensitivity", "guarantee", "event", "scope"]
     print(_table(headers, [[r[h] for h in headers] for r in rows]))
     return 0
 
@@ -127,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("mechanisms", help="list the package's mechanisms")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     p.set_defaults(func=_cmd_mechanisms)
 
     p = sub.add_parser("ledger", help="show a ledger file: budget, spent epsilon, charges")

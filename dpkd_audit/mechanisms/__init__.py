@@ -74,7 +74,7 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
                    scope="local, one label"),
     CatalogueEntry(example=lambda: ReverseKnnCountRelease(epsilon=0.1, k=2, num_queries=40,
                                                           num_classes=10),
-                   scope="central, s x |Y| vote counts"),
+                   scope="central, vote-count matrix"),
     CatalogueEntry(example=lambda: BitRandomizedResponse(epsilon=1.0, k=2, num_queries=10,
                                                          num_classes=10),
                    scope="local, one client's answer"),

@@ -55,8 +55,7 @@ class Sensitivity:
                              f"; got {self.norm!r}")
 
     def __str__(self) -> str:
-        value = int(self.value) if float(self.value).is_integer() else self.value
-        return f"{value} ({self.norm.value})"
+        return f"{self.value:.6g} ({self.norm.value})"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

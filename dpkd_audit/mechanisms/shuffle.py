@@ -486,7 +486,9 @@ class ShuffledHistogram(Mechanism):
     papers' own theorems are not used (they could not be checked here); the construction is
     theirs, the accounting is exact.
 
-    :meth:`sample` returns that view: an int64 array of shape ``(n, num_bins, 2)`` with
+    :meth:`sample` returns that view (drawing the aggregate noise, which has exactly the law of
+    the per-user protocol run by :meth:`protocol_sample`): an int64 array of shape
+    ``(n, num_bins, 2)`` with
     ``[..., j, 0] = P_j`` and ``[..., j, 1] = M_j``; :meth:`shuffled_messages` expands one
     view into the shuffled message list; :meth:`estimate` is the analyzer.
 
@@ -607,7 +609,30 @@ class ShuffledHistogram(Mechanism):
         return total
 
     def _sample(self, value: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        """The analyzer's view, drawing each bin's *aggregate* noise directly.
+
+        Sums of independent NB(s_i, p) are NB(sum s_i, p), so per bin the users' shares add up
+        to X, Y ~ NB(1, 1-a) and F ~ NB(r, 1-b): the view has exactly the law of the real
+        protocol (:meth:`protocol_sample`, checked against it by the tests) at
+        O(n * num_bins) draws instead of O(n * num_bins * num_users).
+        """
         counts = np.bincount(value, minlength=self.num_bins)
+        size = (n, self.num_bins)
+        x = rng.negative_binomial(1.0, 1.0 - self._a, size=size)
+        y = rng.negative_binomial(1.0, 1.0 - self._a, size=size)
+        f = rng.negative_binomial(self.flood_shape, 1.0 - self.flood_probability, size=size)
+        return np.stack([counts + x + f, y + f], axis=-1).astype(np.int64)
+
+    def protocol_sample(self, value: Any, n: int, *, rng: np.random.Generator) -> np.ndarray:
+        """``n`` views produced by running the real protocol: every user draws its own shares.
+
+        Each user sends its (bin, +1) message and, for every bin, its own NB(1/n, 1-a) +1 and
+        -1 shares and NB(r/n, 1-b) flooding pairs (:meth:`user_messages`); the server counts
+        the shuffled messages. Same law as :meth:`sample`, num_users times slower.
+        """
+        n = _validate.check_sample_count(n)
+        rng = _validate.check_generator(rng)
+        counts = np.bincount(self._check_value(value), minlength=self.num_bins)
         users = self.num_users
         out = np.empty((n, self.num_bins, 2), dtype=np.int64)
         rows = max(1, _BLOCK_ENTRIES // (users * self.num_bins))
@@ -620,22 +645,6 @@ class ShuffledHistogram(Mechanism):
             out[start:start + m, :, 0] = counts + x + f
             out[start:start + m, :, 1] = y + f
         return out
-
-    def simulate(self, value: Any, n: int, *, rng: np.random.Generator) -> np.ndarray:
-        """Same law as :meth:`sample`, drawing each bin's *aggregate* noise directly (fast).
-
-        Sums of independent NB(s_i, p) are NB(sum s_i, p), so per bin X, Y ~ NB(1, 1-a) and
-        F ~ NB(r, 1-b): O(n * num_bins) draws instead of O(n * num_bins * num_users). For
-        simulation only; the real protocol is :meth:`sample` / :meth:`user_messages`.
-        """
-        n = _validate.check_sample_count(n)
-        rng = _validate.check_generator(rng)
-        counts = np.bincount(self._check_value(value), minlength=self.num_bins)
-        size = (n, self.num_bins)
-        x = rng.negative_binomial(1.0, 1.0 - self._a, size=size)
-        y = rng.negative_binomial(1.0, 1.0 - self._a, size=size)
-        f = rng.negative_binomial(self.flood_shape, 1.0 - self.flood_probability, size=size)
-        return np.stack([counts + x + f, y + f], axis=-1).astype(np.int64)
 
     def neighbours(self) -> tuple[np.ndarray, np.ndarray]:
         """All users in bin 0, versus user 0 moved to bin 1.
