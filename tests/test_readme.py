@@ -36,7 +36,7 @@ def test_readme_library_snippet_runs(tmp_path, monkeypatch):
     snippet = re.search(r"```python\n(.*?)```", readme, flags=re.S).group(1)
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(compile(snippet, "README.md", "exec"), namespace)  # noqa: S102
+    exec(compile(snippet, "README.md", "exec"), namespace)
     assert namespace["noisy_counts"].shape == (40, 10)
     assert namespace["ledger"].spent().charges == 1
     assert isinstance(namespace["noisy_counts"], np.ndarray)
