@@ -1,0 +1,103 @@
+"""Invert any accountant for one scalar: noise for a target epsilon, queries for a budget.
+
+Both solvers bracket the answer and bisect on the accountant's own ``get_epsilon``; the value
+returned is always one at which the accountant certifies ``epsilon <= target_epsilon`` (never
+the midpoint of a bracket that straddles the target).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from dpkd_audit import _validate
+from dpkd_audit.accountants.base import Accountant
+
+__all__ = ["CalibrationError", "calibrate_noise", "max_queries"]
+
+
+class CalibrationError(ValueError):
+    """No parameter in the allowed range meets the target."""
+
+
+def _epsilon(build: Callable, value: float | int, target_delta: float) -> float:
+    accountant = build(value)
+    if not isinstance(accountant, Accountant):
+        raise ValueError(f"build({value!r}) must return an Accountant; got "
+                         f"{type(accountant).__name__}")
+    eps = float(accountant.get_epsilon(target_delta))
+    return math.inf if math.isnan(eps) else eps
+
+
+def calibrate_noise(build: Callable[[float], Accountant], *, target_epsilon: float,
+                    target_delta: float = 0.0, lower: float = 1e-6, upper: float = 1e9,
+                    rtol: float = 1e-6) -> float:
+    """Smallest noise parameter (to ``rtol``) whose composed epsilon is <= ``target_epsilon``.
+
+    Args:
+        build: Maps a noise parameter (larger = more private) to an accountant with the whole
+            plan composed, e.g. ``lambda s: RDPAccountant().compose(LaplaceDpEvent(s), 1300)``.
+        target_epsilon: The budget (> 0).
+        target_delta: Delta at which epsilon is evaluated, in [0, 1).
+        lower: Smallest noise parameter to consider (> 0).
+        upper: Largest noise parameter to consider.
+        rtol: Relative width of the final bracket.
+
+    Returns:
+        A noise parameter ``s`` with ``build(s).get_epsilon(target_delta) <= target_epsilon``.
+
+    Raises:
+        CalibrationError: If even ``upper`` does not meet the target.
+    """
+    target_epsilon = _validate.check_epsilon(target_epsilon, "target_epsilon")
+    target_delta = _validate.check_delta(target_delta, "target_delta")
+    lower = _validate.check_positive("lower", lower)
+    upper = _validate.check_positive("upper", upper)
+    rtol = _validate.check_positive("rtol", rtol)
+    if upper <= lower:
+        raise ValueError(f"upper must be > lower={lower}; got {upper}")
+    if _epsilon(build, upper, target_delta) > target_epsilon:
+        raise CalibrationError(
+            f"no noise parameter up to upper={upper:g} reaches epsilon <= {target_epsilon:g} at "
+            f"delta={target_delta:g}; the plan is impossible in that range")
+    if _epsilon(build, lower, target_delta) <= target_epsilon:
+        return lower
+    lo, hi = lower, upper
+    while hi - lo > rtol * hi:
+        mid = math.sqrt(lo * hi) if hi / lo > 4 else 0.5 * (lo + hi)
+        if _epsilon(build, mid, target_delta) <= target_epsilon:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def max_queries(build: Callable[[int], Accountant], *, target_epsilon: float,
+                target_delta: float = 0.0, upper: int = 10**9) -> int:
+    """Largest number of queries k (0 if none) whose composed epsilon is <= ``target_epsilon``.
+
+    Args:
+        build: Maps a query count k >= 1 to an accountant with k queries composed, e.g.
+            ``lambda k: RDPAccountant().compose(event, count=k)``.
+        target_epsilon: The budget (> 0).
+        target_delta: Delta at which epsilon is evaluated, in [0, 1).
+        upper: Largest count considered; if it still fits, ``upper`` is returned.
+    """
+    target_epsilon = _validate.check_epsilon(target_epsilon, "target_epsilon")
+    target_delta = _validate.check_delta(target_delta, "target_delta")
+    upper = _validate.check_int("upper", upper, minimum=1)
+    if _epsilon(build, 1, target_delta) > target_epsilon:
+        return 0
+    lo = 1
+    hi = 2
+    while hi < upper and _epsilon(build, hi, target_delta) <= target_epsilon:
+        lo, hi = hi, min(upper, hi * 2)
+    if _epsilon(build, hi, target_delta) <= target_epsilon:
+        return hi
+    while hi - lo > 1:  # invariant: lo fits, hi does not
+        mid = (lo + hi) // 2
+        if _epsilon(build, mid, target_delta) <= target_epsilon:
+            lo = mid
+        else:
+            hi = mid
+    return lo
