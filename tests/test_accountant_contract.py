@@ -30,9 +30,14 @@ def make(request):
     return FACTORIES[request.param]
 
 
-def test_every_accountant_is_listed():
-    assert set(FACTORIES) == {name for name in accountants.__all__ if name.endswith("Accountant")
-                              and name != "Accountant" and name in FACTORIES} | set(FACTORIES)
+# Accountants for one family of events only (tested in their own files).
+SPECIALISED = {"ShuffleAccountant", "PATEAccountant"}
+
+
+def test_every_general_accountant_is_under_contract():
+    exported = {name for name in accountants.__all__
+                if name.endswith("Accountant") and name != "Accountant"}
+    assert exported - SPECIALISED == set(FACTORIES)
     for factory in FACTORIES.values():
         assert issubclass(factory, Accountant)
 
