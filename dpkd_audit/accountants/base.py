@@ -63,7 +63,17 @@ def _make_epsilon(value: float, method: str, kind: BoundKind) -> Epsilon:
 
 
 class UnsupportedEventError(ValueError):
-    """An accountant was given an event it cannot account for; the message names the event."""
+    """An accountant was given an event it cannot account for; the message names the event.
+
+    Attributes:
+        event: The offending (leaf) event, when known.
+        reason: Why it is unsupported (may be empty).
+    """
+
+    def __init__(self, message: str, *, event: object = None, reason: str = "") -> None:
+        super().__init__(message)
+        self.event = event
+        self.reason = reason
 
 
 class Accountant(abc.ABC):
@@ -171,4 +181,4 @@ class Accountant(abc.ABC):
     def _unsupported(self, event: _dp.DpEvent, why: str = "") -> UnsupportedEventError:
         return UnsupportedEventError(
             f"{type(self).__name__} cannot account for {type(event).__name__} ({event!r})"
-            + (f": {why}" if why else ""))
+            + (f": {why}" if why else ""), event=event, reason=why)

@@ -196,7 +196,7 @@ def budget_table(plan: Plan, *, delta: float) -> list[BudgetRow]:
             eps = acc.get_epsilon(delta)
         except UnsupportedEventError as exc:
             rows.append(BudgetRow(accountant=name, method="-", kind="-", epsilon=None,
-                                  note=_short(str(exc))))
+                                  note=_unsupported_note(exc)))
             continue
         rows.append(BudgetRow(accountant=name, method=eps.method, kind=eps.kind.value,
                               epsilon=float(eps)))
@@ -241,7 +241,7 @@ def solve(plan: Plan, *, target_epsilon: float, delta: float,
                 eps = build_q(max(1, int(value))).get_epsilon(delta)
         except UnsupportedEventError as exc:
             rows.append(BudgetRow(accountant=name, method="-", kind="-", epsilon=None,
-                                  note=_short(str(exc))))
+                                  note=_unsupported_note(exc)))
             continue
         except calibration.CalibrationError as exc:
             rows.append(BudgetRow(accountant=name, method="-", kind="-", epsilon=None,
@@ -251,6 +251,11 @@ def solve(plan: Plan, *, target_epsilon: float, delta: float,
         rows.append(BudgetRow(accountant=name, method=eps.method, kind=eps.kind.value,
                               epsilon=float(eps) if value else None, solved=value, note=note))
     return rows
+
+
+def _unsupported_note(exc: UnsupportedEventError) -> str:
+    name = type(exc.event).__name__ if exc.event is not None else "event"
+    return _short(f"does not support {name}" + (f": {exc.reason}" if exc.reason else ""))
 
 
 def _short(text: str, limit: int = 90) -> str:

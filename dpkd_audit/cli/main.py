@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -86,6 +87,49 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_budget(args: argparse.Namespace) -> int:
+    from dpkd_audit.accountants.budget import NOISE_MEANING, Plan, PlanKind, budget_table, solve
+
+    kind = PlanKind(args.mechanism)
+    plan = Plan(kind=kind, noise=args.noise, queries=args.queries,
+                sampling_probability=args.sampling_probability, num_classes=args.classes,
+                num_users=args.users)
+    if args.target_epsilon is None:
+        if args.noise is None or args.queries is None:
+            raise ValueError("give --noise and --queries (or --target-epsilon and one of them)")
+        rows = budget_table(plan, delta=args.delta)
+        solved_name = None
+    else:
+        rows = solve(plan, target_epsilon=args.target_epsilon, delta=args.delta)
+        solved_name = "noise" if args.noise is None else "queries"
+    if args.json:
+        print(json.dumps({
+            "plan": {"mechanism": kind.value, "noise": args.noise, "noise_meaning":
+                     NOISE_MEANING[kind], "queries": args.queries,
+                     "sampling_probability": args.sampling_probability,
+                     "classes": args.classes, "users": args.users},
+            "delta": args.delta, "target_epsilon": args.target_epsilon, "solved": solved_name,
+            "rows": [dataclasses.asdict(r) for r in rows]}, indent=2))
+        return 0
+    what = (f"{kind.value}, noise={args.noise if args.noise is not None else '?'} "
+            f"({NOISE_MEANING[kind]}), queries={args.queries if args.queries else '?'}")
+    print(f"plan: {what}; delta={args.delta:g}")
+    headers = ["accountant", "method", "bound", "epsilon"]
+    if solved_name:
+        headers.insert(3, f"solved {solved_name}")
+    table = []
+    for r in rows:
+        line = [r.accountant, r.method, r.kind,
+                "n/a" if r.epsilon is None else f"{r.epsilon:.6g}"]
+        if solved_name:
+            line.insert(3, "-" if r.solved is None else f"{r.solved:.6g}")
+        if r.note:
+            line[-1] += f"  ({r.note})"
+        table.append(line)
+    print(_table(headers, table))
+    return 0
+
+
 def _exists(path: str) -> bool:
     from pathlib import Path
 
@@ -111,6 +155,12 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _plan_kinds():
+    from dpkd_audit.accountants.budget import PlanKind
+
+    return list(PlanKind)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``dpkd`` (one sub-parser per subcommand)."""
     parser = argparse.ArgumentParser(
@@ -132,6 +182,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="budget epsilon of a new ledger (default: --epsilon)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser(
+        "budget", help="epsilon of a plan under every accountant, or solve it for noise/queries",
+        description="Epsilon of a plan before a run, by accountant (method, bound kind, value). "
+                    "With --target-epsilon, leave out --noise or --queries to solve for it.")
+    p.add_argument("mechanism", choices=[k.value for k in _plan_kinds()],
+                   help="what each query releases")
+    p.add_argument("--noise", type=_positive_float,
+                   help="noise parameter: Laplace scale / sensitivity, Gaussian sigma / "
+                        "sensitivity, noisy-max Laplace scale, or local epsilon0 (RR, shuffle)")
+    p.add_argument("--queries", type=int, help="number of queries (steps for SGD)")
+    p.add_argument("--delta", type=float, default=1e-5, help="target delta (default 1e-5)")
+    p.add_argument("--target-epsilon", type=_positive_float,
+                   help="solve for the missing --noise or --queries")
+    p.add_argument("--sampling-probability", type=float, help="Poisson rate q (SGD)")
+    p.add_argument("--classes", type=int, default=10, help="classes (noisy max, RR)")
+    p.add_argument("--users", type=int, help="number of users n (shuffle)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_budget)
 
     p = sub.add_parser("mechanisms", help="list the package's mechanisms")
     p.add_argument("--json", action="store_true", help="print JSON")
