@@ -110,7 +110,8 @@ def calibrate_discrete_gaussian(epsilon: float, delta: float, sensitivity: int =
     hi = float(sensitivity)
     while discrete_gaussian_delta(epsilon, hi, sensitivity) > delta:
         hi *= 2.0
-    # discrete_gaussian_delta is monotone in sigma only up to tiny lattice effects; bisection
-    # returns a point that satisfies the target, which is what soundness needs.
+    # discrete_gaussian_delta is not monotone in sigma (lattice effects of up to a few percent
+    # have been measured); bisection still returns a point that satisfies the target, which is
+    # what soundness needs, and callers that round sigma afterwards must re-check the curve.
     return smallest_satisfying(lambda s: discrete_gaussian_delta(epsilon, s, sensitivity), delta,
                              hi / 2.0 if hi > sensitivity else 1e-3, hi, rel_tol=1e-9)

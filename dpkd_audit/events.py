@@ -133,10 +133,12 @@ class CalibratedGaussianDpEvent(_dp.GaussianDpEvent, DeclaredGuarantee):
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
 class DiscreteGaussianDpEvent(_dp.DpEvent, DeclaredGuarantee):
-    """Discrete Gaussian N_Z(0, sigma^2) noise on integers of L2 sensitivity ``sensitivity``.
+    """Discrete Gaussian N_Z(0, sigma^2) noise on integers of sensitivity ``sensitivity``.
 
     Canonne-Kamath-Steinke 2020: (Delta^2/(2 sigma^2))-zCDP (Thm 14) and the exact (epsilon,
-    delta) curve of Theorem 7 for one-dimensional releases; the declared pair is checked against
+    delta) curve of Theorem 7, which is exact for one-dimensional releases and for vectors of L2
+    sensitivity 1 (whose only integer shifts are +-e_j); for vectors with sensitivity >= 2 it can
+    understate delta, so the mechanism refuses them. The declared pair is checked against
     Theorem 7 at construction.
     """
 

@@ -92,8 +92,8 @@ class DiscreteLaplace(Mechanism):
     P[X = x] = exp(-|x|/b) * tanh(1/(2b)) on the integers; added to an integer query of L1
     sensitivity Delta it is (Delta/b)-DP (the likelihood ratio of two shifts by ||v||_1 <= Delta
     is at most exp(||v||_1 / b), coordinate by coordinate). The scale b = Delta/epsilon is
-    rounded *up* to a rational t/s (denominator <= 2^20), so the real epsilon
-    Delta * s/t is <= the claimed epsilon (and equal to it up to about 1e-6 relative).
+    rounded *up* to a rational t/s (denominator <= 2^20, adding at most 2^-20 to b; an integer
+    above b when b > 2^20), so the real epsilon Delta * s/t is <= the claimed epsilon.
 
     Attributes:
         epsilon: Claimed epsilon of one release (> 0, and >= sensitivity/2^40).

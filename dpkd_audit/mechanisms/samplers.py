@@ -88,7 +88,9 @@ def bernoulli_exp(num: int | np.ndarray, den: int | np.ndarray, size: int | None
     num_arr = _as_int_array(num_arr, size)
     den_arr = _as_int_array(den_arr, size)
     if np.any(num_arr < 0) or np.any(den_arr < 1):
-        raise ValueError("bernoulli_exp needs num >= 0 and den >= 1")
+        raise ValueError("bernoulli_exp needs num >= 0 and den >= 1; got min num "
+                         f"{num_arr.min() if num_arr.size else None}, min den "
+                         f"{den_arr.min() if den_arr.size else None}")
     whole, rem = np.divmod(num_arr, den_arr)
     return _bernoulli_exp_split(whole, rem, den_arr, rng)
 
@@ -148,6 +150,10 @@ def discrete_gaussian(var_num: int, var_den: int, size: int, *,
     probability exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)). With sigma^2 = p/q the exponent is the
     rational (q t |Y| - p)^2 / (2 p q t^2), evaluated in exact integer arithmetic (Python
     integers for the rare entries whose square would not fit in int64).
+
+    Speed depends on the rational: keep q small enough that q t |Y| stays well inside int64
+    (``DiscreteGaussian`` picks q <= 2^31 / (41 (sigma + 1)^2)); a large denominator sends many
+    proposals to the slow Python-integer path or exceeds the int64 bound on 2 p q t^2.
     """
     p = _validate.check_int("var_num", var_num, minimum=1)
     q = _validate.check_int("var_den", var_den, minimum=1)
