@@ -1,0 +1,83 @@
+"""Budget planning and ``dpkd budget``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dpkd_audit.accountants.budget import Plan, PlanKind, budget_table, solve
+from dpkd_audit.cli.main import main
+
+
+def rows_by_name(rows):
+    return {r.accountant: r for r in rows}
+
+
+def test_dgd_plan_table_orders_accountants():
+    rows = rows_by_name(budget_table(Plan(kind=PlanKind.LAPLACE_NOISY_MAX, noise=40.0,
+                                          queries=1300), delta=1e-5))
+    pure = rows["PureAccountant"].epsilon
+    advanced = rows["AdvancedCompositionAccountant"].epsilon
+    optimal = rows["OptimalCompositionAccountant"].epsilon
+    assert pure == pytest.approx(65.0)
+    assert pure >= advanced >= optimal
+    for row in rows.values():
+        if row.epsilon is not None:
+            assert row.method and row.kind
+
+
+def test_solving_for_queries_never_exceeds_the_target():
+    for row in solve(Plan(kind=PlanKind.LAPLACE_NOISY_MAX, noise=40.0), target_epsilon=10.0,
+                     delta=1e-5):
+        if row.solved is not None and row.solved > 0:
+            assert row.epsilon <= 10.0
+            # one more query would not fit
+            more = budget_table(Plan(kind=PlanKind.LAPLACE_NOISY_MAX, noise=40.0,
+                                     queries=int(row.solved) + 1), delta=1e-5)
+            assert rows_by_name(more)[row.accountant].epsilon > 10.0
+
+
+def test_solving_for_noise_meets_the_target():
+    for row in solve(Plan(kind=PlanKind.LAPLACE, queries=100), target_epsilon=2.0, delta=1e-6):
+        if row.solved is not None:
+            table = budget_table(Plan(kind=PlanKind.LAPLACE, noise=row.solved, queries=100),
+                                 delta=1e-6)
+            assert rows_by_name(table)[row.accountant].epsilon <= 2.0
+
+
+def test_local_epsilon_plans_solve_for_the_largest_epsilon():
+    rows = rows_by_name(solve(Plan(kind=PlanKind.RANDOMIZED_RESPONSE, queries=100),
+                              target_epsilon=10.0, delta=1e-5))
+    assert rows["PureAccountant"].solved == pytest.approx(0.1, rel=1e-5)
+    assert rows["PureAccountant"].solved <= 0.1
+    assert rows["OptimalCompositionAccountant"].solved > rows["PureAccountant"].solved
+
+
+@pytest.mark.parametrize(("kwargs", "name"), [
+    ({"kind": PlanKind.SUBSAMPLED_GAUSSIAN, "noise": 1.0, "queries": 10}, "sampling_probability"),
+    ({"kind": PlanKind.SHUFFLE, "noise": 1.0, "queries": 1}, "num_users"),
+    ({"kind": "laplace", "noise": 1.0}, "kind"),
+    ({"kind": PlanKind.LAPLACE, "noise": -1.0}, "noise"),
+    ({"kind": PlanKind.LAPLACE, "queries": 0}, "queries"),
+])
+def test_bad_plans(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        Plan(**kwargs)
+
+
+def test_cli_table_and_json(capsys):
+    assert main(["budget", "laplace-noisy-max", "--noise", "40", "--queries", "1300",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    names = [r["accountant"] for r in out["rows"]]
+    assert "PureAccountant" in names and "OptimalCompositionAccountant" in names
+    assert main(["budget", "laplace-noisy-max", "--noise", "40", "--target-epsilon", "10"]) == 0
+    assert "solved queries" in capsys.readouterr().out
+
+
+def test_cli_impossible_or_incomplete_plans(capsys):
+    assert main(["budget", "laplace", "--noise", "1"]) == 2
+    assert "--queries" in capsys.readouterr().err
+    assert main(["budget", "shuffle", "--noise", "1", "--queries", "1"]) == 2
+    assert "num_users" in capsys.readouterr().err
