@@ -277,6 +277,14 @@ def _votes_field(value: Any) -> tuple[int, ...] | None:
     return tuple(int(v) for v in value)
 
 
+def _check_votes(votes: tuple[int, ...] | None, num_classes: int) -> None:
+    if votes is None:
+        return
+    _require(len(votes) == num_classes,
+             f"votes must have num_classes={num_classes} entries; got {len(votes)}")
+    _require(min(votes) >= 0, f"votes must be non-negative counts; got {votes}")
+
+
 @attr.s(frozen=True, slots=True, auto_attribs=True)
 class LaplaceNoisyMaxDpEvent(_dp.DpEvent, DeclaredGuarantee):
     """PATE LNMax: argmax of a vote histogram plus Laplace(noise_scale) noise on each count.
@@ -293,9 +301,7 @@ class LaplaceNoisyMaxDpEvent(_dp.DpEvent, DeclaredGuarantee):
     def __attrs_post_init__(self) -> None:
         _check_eps("noise_scale", self.noise_scale)
         _check_count("num_classes", self.num_classes, 2)
-        _require(self.votes is None or len(self.votes) == self.num_classes,
-                 f"votes must have num_classes={self.num_classes} entries; got "
-                 f"{None if self.votes is None else len(self.votes)}")
+        _check_votes(self.votes, self.num_classes)
 
     def guarantee(self) -> tuple[float, float]:
         return (2.0 / float(self.noise_scale), 0.0)
@@ -326,9 +332,7 @@ class GaussianNoisyMaxDpEvent(_dp.DpEvent, DeclaredGuarantee):
         _require(actual <= self.delta * (1 + _CALIBRATION_SLACK),
                  f"sigma={self.sigma} does not give ({self.epsilon}, {self.delta})-DP: its exact "
                  f"delta at that epsilon is {actual}")
-        _require(self.votes is None or len(self.votes) == self.num_classes,
-                 f"votes must have num_classes={self.num_classes} entries; got "
-                 f"{None if self.votes is None else len(self.votes)}")
+        _check_votes(self.votes, self.num_classes)
 
     def guarantee(self) -> tuple[float, float]:
         return (float(self.epsilon), float(self.delta))

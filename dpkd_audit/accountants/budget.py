@@ -226,7 +226,7 @@ def solve(plan: Plan, *, target_epsilon: float, delta: float,
                 build(1.0)  # raises UnsupportedEventError early
                 t = calibration.calibrate_noise(
                     build, target_epsilon=target_epsilon, target_delta=delta,
-                    lower=1e-2 if invert else 1e-4, upper=1e7)
+                    lower=1e-2 if invert else 1e-4, upper=1e7, rtol=1e-5)
                 eps = build(t).get_epsilon(delta)
                 value: float = 1.0 / t if invert else t
             else:

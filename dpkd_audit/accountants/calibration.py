@@ -60,10 +60,20 @@ def calibrate_noise(build: Callable[[float], Accountant], *, target_epsilon: flo
         raise CalibrationError(
             f"no noise parameter up to upper={upper:g} reaches epsilon <= {target_epsilon:g} at "
             f"delta={target_delta:g}; the plan is impossible in that range")
-    if _epsilon(build, lower, target_delta) <= target_epsilon:
-        return lower
-    lo, hi = lower, upper
-    while hi - lo > rtol * hi:
+    # Walk down from the (cheap, very private) upper end in steps of 8: the accountant is never
+    # evaluated far below the answer, where epsilon (and e.g. a PLD grid) can be huge.
+    hi = upper
+    while True:
+        lo = hi / 8.0
+        if lo <= lower:
+            if _epsilon(build, lower, target_delta) <= target_epsilon:
+                return lower
+            lo = lower
+            break
+        if _epsilon(build, lo, target_delta) > target_epsilon:
+            break
+        hi = lo
+    while hi - lo > rtol * hi:  # invariant: lo fails, hi meets the target
         mid = math.sqrt(lo * hi) if hi / lo > 4 else 0.5 * (lo + hi)
         if _epsilon(build, mid, target_delta) <= target_epsilon:
             hi = mid

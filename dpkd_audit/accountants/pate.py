@@ -32,10 +32,15 @@ replace-one and add/remove-one of a *record* alike (a record lives in exactly on
 shard), so :class:`PATEAccountant` accepts both relations.
 
 Data-dependent guarantees bound D_lambda(M(D) || M(D')) for the actual data D and every
-neighbour D'; the bound itself depends on D, so publishing it leaks. [PATE18] Appendix B.4 makes
-the release private with smooth sensitivity: :func:`smooth_sensitivity_release_cost` returns the
-extra RDP that release costs, a separate line item that :meth:`PATEAccountant.report` always
-shows next to the data-dependent epsilon.
+neighbour D' (one direction, as in [PATE18]); RDP composition ([M17] Prop. 1) and the conversion
+to (epsilon, delta) (:func:`dpkd_audit.accountants.rdp.epsilon_from_rdp`: [BBGHS20] Thm 21, and
+a total-variation bound) hold pair by pair, so they apply unchanged. The bound itself depends on
+D, so publishing it leaks. [PATE18] Appendix B.4 makes the release private with smooth
+sensitivity: :func:`smooth_sensitivity_release_cost` returns the extra RDP that release costs, a
+separate line item that :meth:`PATEAccountant.report` always shows next to the data-dependent
+epsilon. That analysis rests on conditions C5-C6, which hold only for some (sigma, order) pairs
+(roughly order < sigma / 1.3); they are checked numerically and orders where they fail are
+refused for the release.
 """
 
 from __future__ import annotations
@@ -58,6 +63,14 @@ from dpkd_audit.accountants.base import (
     Epsilon,
     NeighboringRelation,
 )
+from dpkd_audit.accountants.rdp import (
+    delta_from_rdp,
+    epsilon_from_rdp,
+    gaussian_rdp,
+    laplace_rdp,
+    pure_dp_rdp,
+    register_rdp_curve,
+)
 from dpkd_audit.events import GaussianNoisyMaxDpEvent, LaplaceNoisyMaxDpEvent
 
 __all__ = [
@@ -77,8 +90,8 @@ __all__ = [
     "lnmax_log_moments",
     "lnmax_logq",
     "lnmax_rdp",
-    "rdp_to_delta",
-    "rdp_to_epsilon",
+    "pate_rdp_curve",
+    "register_data_dependent_rdp_curves",
     "smooth_sensitivity_release_cost",
 ]
 
@@ -93,8 +106,13 @@ DEFAULT_ORDERS: np.ndarray = np.unique(np.concatenate([
 DEFAULT_ORDERS.setflags(write=False)
 
 METHOD_DATA_DEPENDENT = "PATE data-dependent RDP (Papernot et al. 2018)"
+METHOD_DATA_DEPENDENT_LNMAX = "PATE data-dependent RDP (Papernot et al. 2017, Theorem 3)"
+METHOD_DATA_DEPENDENT_MIXED = "PATE data-dependent RDP (Papernot et al. 2017, 2018)"
 METHOD_DATA_INDEPENDENT = "PATE data-independent RDP (Papernot et al. 2017, 2018)"
 
+# A data-dependent epsilon within this relative distance of the data-independent one is reported
+# as the latter (the votes did not help; the difference is rounding).
+_SAME_REL_TOL = 1e-9
 _LN2 = math.log(2.0)
 _SQRT2 = math.sqrt(2.0)
 # log q is floored here: q = exp(-1e300) is still an upper bound on a smaller true q (so the
@@ -164,55 +182,6 @@ def _log1mexp(x: Any) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return np.where(x < -_LN2, np.log1p(-np.exp(x)), np.log(-np.expm1(x)))
-
-
-def rdp_to_epsilon(orders: Any, rdp: Any, delta: float) -> tuple[float, float]:
-    """Smallest epsilon over the orders of an RDP curve, at ``delta``; returns (epsilon, order).
-
-    [BBGHS20] Theorem 21: (lambda, r)-RDP implies (epsilon, delta)-DP with
-    epsilon = r + log((lambda - 1)/lambda) - (log delta + log lambda)/(lambda - 1), never worse
-    than [M17] Proposition 3 (r + log(1/delta)/(lambda - 1)). The conversion holds for each pair
-    of output distributions, so it applies to data-dependent bounds (for the data set at hand)
-    as well. ``delta = 0`` gives infinity (RDP with finite orders implies no pure DP).
-
-    Args:
-        orders: Renyi orders (> 1).
-        rdp: RDP values at those orders (>= 0, possibly inf).
-        delta: Target delta in [0, 1].
-
-    Returns:
-        (epsilon, the order attaining it); (inf, nan) if no order gives a finite epsilon.
-    """
-    orders = _check_orders(orders)
-    rdp = np.broadcast_to(_as_float_array("rdp", rdp, "an array of RDP values"), orders.shape)
-    delta = _validate.check_probability("delta", delta)
-    if delta == 0.0 or np.any(np.isnan(rdp)):
-        return math.inf, math.nan
-    with np.errstate(divide="ignore", invalid="ignore"):
-        eps = rdp + np.log1p(-1.0 / orders) - (math.log(delta) + np.log(orders)) / (orders - 1)
-    eps = np.where(np.isfinite(eps), eps, np.inf)
-    idx = int(np.argmin(eps))
-    if not math.isfinite(eps[idx]):
-        return math.inf, math.nan
-    return max(float(eps[idx]), 0.0), float(orders[idx])
-
-
-def rdp_to_delta(orders: Any, rdp: Any, epsilon: float) -> float:
-    """Smallest delta over the orders of an RDP curve, at ``epsilon``.
-
-    Inverse of [BBGHS20] Theorem 21: delta = exp((lambda-1)(r - epsilon)) (1 - 1/lambda)^(lambda-1)
-    / lambda, evaluated in log space and capped at 1.
-    """
-    orders = _check_orders(orders)
-    rdp = np.broadcast_to(_as_float_array("rdp", rdp, "an array of RDP values"), orders.shape)
-    if not (isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool)
-            and epsilon >= 0):
-        raise _fail("target_epsilon", "a real number >= 0", epsilon)
-    with np.errstate(invalid="ignore", over="ignore"):
-        log_delta = ((orders - 1) * (rdp - epsilon) + (orders - 1) * np.log1p(-1.0 / orders)
-                     - np.log(orders))
-    log_delta = np.where(np.isnan(log_delta), np.inf, log_delta)
-    return float(min(1.0, math.exp(min(0.0, float(np.min(log_delta))))))
 
 
 # --------------------------------------------------------------------------- GNMax ([PATE18])
@@ -342,33 +311,23 @@ def gnmax_rdp(votes: Any, sigma: float, orders: Any = DEFAULT_ORDERS) -> np.ndar
 # --------------------------------------------------------------------------- LNMax ([PATE17])
 
 
-def _laplace_rdp(orders: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """[M17] Table II: Laplace(scale b), sensitivity 1, order alpha > 1, in log space.
-
-    D_alpha = 1/(alpha-1) log(alpha/(2 alpha-1) e^((alpha-1)/b)
-                              + (alpha-1)/(2 alpha-1) e^(-alpha/b)).
-    """
-    a = orders
-    with np.errstate(divide="ignore"):
-        log_s = np.logaddexp(np.log(a / (2 * a - 1)) + (a - 1) / scale,
-                             np.log((a - 1) / (2 * a - 1)) - a / scale)
-    return np.maximum(log_s / (a - 1), 0.0)
-
-
-def _lnmax_indep_moments(moments: np.ndarray, scale: np.ndarray) -> np.ndarray:
+def _lnmax_indep_moments(moments: np.ndarray, scale: float) -> np.ndarray:
     """Data-independent log-moments alpha(l) of LNMax with Laplace scale b (gamma = 1/b).
 
-    min of: 2 gamma^2 l (l+1) ([PATE17] Theorem 2, from Bun-Steinke 2016 Prop. 3.3 for a
+    The minimum of: 2 gamma^2 l (l+1) ([PATE17] Theorem 2, via Bun-Steinke 2016 Prop. 3.3 for a
     (2 gamma)-DP mechanism); 2 gamma l (pure (2 gamma)-DP bounds the privacy loss pointwise);
-    l * 2 D_(l+1)^Laplace(b) (the noisy histogram: two coordinates move by 1, each with
-    Laplace(b) noise, [M17] Table II and additivity over independent coordinates; the argmax is
-    post-processing). alpha(l) = l D_(l+1) relates moments and RDP ([M17] Section 3).
+    l times the RDP curve of :mod:`dpkd_audit.accountants.rdp` for LNMax, i.e. min(tight pure-DP
+    curve of (2 gamma)-DP, 2 x Laplace(b) curve of [M17] Table II: the noisy histogram moves in
+    two coordinates by 1; the argmax is post-processing). alpha(l) = l D_(l+1) ([M17] Sec. 3).
     """
     gamma = 1.0 / scale
+    rdp_orders = moments + 1.0
+    curve = np.minimum(pure_dp_rdp(2.0 * gamma, rdp_orders),
+                       2.0 * laplace_rdp(gamma, rdp_orders))
     return np.minimum.reduce([
         2.0 * gamma**2 * moments * (moments + 1.0),
         2.0 * gamma * moments,
-        moments * 2.0 * _laplace_rdp(moments + 1.0, scale),
+        moments * curve,
     ])
 
 
@@ -400,19 +359,19 @@ def lnmax_logq(votes: Any, noise_scale: float) -> float:
     return float(_lnmax_logq_batch(votes[None, :], np.array([noise_scale]))[0])
 
 
-def _lnmax_moments(logq: np.ndarray, scale: np.ndarray, moments: np.ndarray) -> np.ndarray:
-    """[PATE17] Theorem 3 (where valid) min the data-independent moments; broadcast.
+def _lnmax_moments(logq: np.ndarray, scale: Any, moments: np.ndarray,
+                   indep: np.ndarray) -> np.ndarray:
+    """[PATE17] Theorem 3 (where valid) min the data-independent moments ``indep``; broadcast.
 
     For an (2 gamma)-DP mechanism with q >= Pr[M(d) != o*] and q < (e^(2 gamma) - 1) /
     (e^(4 gamma) - 1) = 1/(e^(2 gamma) + 1):
-        alpha(l) <= log((1-q) ((1-q)/(1 - e^(2 gamma) q))^l + q e^(2 gamma l)).
-    (The 2017 reference code tested q < 0.5 instead, which is weaker than the theorem's
+        alpha(l) <= log((1-q) ((1-q)/(1 - e^(2 gamma) q))^l + q e^(2 gamma l)),
+    evaluated as logaddexp(log(1-q) + l (log(1-q) - log(1 - e^(2 gamma + log q))),
+    log q + 2 gamma l). (The 2017 reference code tested q < 0.5, weaker than the theorem's
     condition; the theorem's condition is used here.)
     """
     logq = np.asarray(logq, dtype=np.float64)
-    scale = np.asarray(scale, dtype=np.float64)
-    eps = 2.0 / scale
-    indep = _lnmax_indep_moments(moments, scale)
+    eps = 2.0 / np.asarray(scale, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         valid = logq < -np.logaddexp(0.0, eps)
         log1q = _log1mexp(logq)
@@ -432,7 +391,7 @@ def lnmax_data_independent_log_moments(noise_scale: float, orders: Any) -> np.nd
     """
     noise_scale = _validate.check_positive("noise_scale", noise_scale)
     moments = _check_orders(orders, lower=0.0)
-    return _lnmax_indep_moments(moments, np.float64(noise_scale))
+    return _lnmax_indep_moments(moments, noise_scale)
 
 
 def lnmax_log_moments(votes: Any, noise_scale: float, orders: Any) -> np.ndarray:
@@ -452,7 +411,7 @@ def lnmax_log_moments(votes: Any, noise_scale: float, orders: Any) -> np.ndarray
     noise_scale = _validate.check_positive("noise_scale", noise_scale)
     moments = _check_orders(orders, lower=0.0)
     logq = _lnmax_logq_batch(votes[None, :], np.array([noise_scale]))[0]
-    return _lnmax_moments(logq, np.float64(noise_scale), moments)
+    return _lnmax_moments(logq, noise_scale, moments, _lnmax_indep_moments(moments, noise_scale))
 
 
 def lnmax_rdp(votes: Any, noise_scale: float, orders: Any = DEFAULT_ORDERS) -> np.ndarray:
@@ -467,26 +426,76 @@ def lnmax_rdp(votes: Any, noise_scale: float, orders: Any = DEFAULT_ORDERS) -> n
     noise_scale = _validate.check_positive("noise_scale", noise_scale)
     orders = _check_orders(orders)
     logq = _lnmax_logq_batch(votes[None, :], np.array([noise_scale]))[0]
-    return _lnmax_moments(logq, np.float64(noise_scale), orders - 1.0) / (orders - 1.0)
+    moments = orders - 1.0
+    return _lnmax_moments(logq, noise_scale, moments,
+                          _lnmax_indep_moments(moments, noise_scale)) / moments
+
+
+def _indep_curve(event: _dp.DpEvent, orders: np.ndarray) -> np.ndarray:
+    """Data-independent RDP at ``orders`` (> 1, inf allowed), without the RDP registry."""
+    if isinstance(event, GaussianNoisyMaxDpEvent):
+        # [PATE18] Prop. 8: the Gaussian curve with L2 sensitivity sqrt(2), lambda / sigma^2.
+        return np.asarray(gaussian_rdp(float(event.sigma) / _SQRT2, orders), dtype=np.float64)
+    if isinstance(event, LaplaceNoisyMaxDpEvent):
+        b = float(event.noise_scale)
+        return np.minimum(pure_dp_rdp(2.0 / b, orders), 2.0 * laplace_rdp(1.0 / b, orders))
+    raise ValueError("event must be a GaussianNoisyMaxDpEvent or LaplaceNoisyMaxDpEvent; "
+                     f"got {type(event).__name__}")
 
 
 def data_independent_rdp(event: _dp.DpEvent, orders: Any = DEFAULT_ORDERS) -> np.ndarray:
-    """Data-independent RDP curve of a PATE event (ignores ``votes``).
+    """Data-independent RDP curve of a PATE event (its ``votes`` are ignored).
 
-    GNMax: [PATE18] Proposition 8. LNMax: the data-independent moments divided by l = lambda-1.
-    Signature ``(event, orders)`` so that an RDP accountant can register it for these events.
+    The same curves as :mod:`dpkd_audit.accountants.rdp` registers for these events (built from
+    its public ``gaussian_rdp``, ``pure_dp_rdp`` and ``laplace_rdp``): GNMax lambda / sigma^2
+    ([PATE18] Proposition 8); LNMax min(tight pure-DP curve of (2/b)-DP, 2 x Laplace(b) curve of
+    [M17] Table II), which is below [PATE17] Theorem 2.
 
     Raises:
         ValueError: If ``event`` is not a PATE noisy-max event, or ``orders`` are not > 1.
     """
-    orders = _check_orders(orders)
-    if isinstance(event, GaussianNoisyMaxDpEvent):
-        return orders / float(event.sigma) ** 2
-    if isinstance(event, LaplaceNoisyMaxDpEvent):
-        scale = np.float64(event.noise_scale)
-        return _lnmax_indep_moments(orders - 1.0, scale) / (orders - 1.0)
-    raise ValueError("event must be a GaussianNoisyMaxDpEvent or LaplaceNoisyMaxDpEvent; got "
-                     f"{type(event).__name__}")
+    return _indep_curve(event, _check_orders(orders))
+
+
+def pate_rdp_curve(event: _dp.DpEvent, orders: Any,
+                   neighboring_relation: NeighboringRelation = NeighboringRelation.REPLACE_ONE,
+                   ) -> np.ndarray:
+    """RDP curve of one PATE event: data-dependent if it carries votes, else data-independent.
+
+    Signature of :data:`dpkd_audit.accountants.rdp.RdpCurveFn` (both neighbouring relations of
+    a record change one teacher's vote, so the relation does not matter here); ``orders`` may
+    hold inf, where the data-independent (pure-DP) value is returned.
+
+    Raises:
+        ValueError: If ``event`` is not a PATE noisy-max event, or an order is not > 1.
+    """
+    arr = np.atleast_1d(_as_float_array("orders", orders, "real numbers > 1 (inf allowed)"))
+    finite = np.isfinite(arr)
+    if not np.all(finite | (arr == np.inf)):
+        raise _fail("orders", "a 1-D array of real numbers > 1 (inf allowed)", orders)
+    # At order inf (the pure-DP limit) only the data-independent curve has a value.
+    out = _indep_curve(event, arr).copy()
+    if np.any(finite):
+        if isinstance(event, GaussianNoisyMaxDpEvent) and event.votes is not None:
+            out[finite] = gnmax_rdp(event.votes, float(event.sigma), arr[finite])
+        elif isinstance(event, LaplaceNoisyMaxDpEvent) and event.votes is not None:
+            out[finite] = lnmax_rdp(event.votes, float(event.noise_scale), arr[finite])
+    return out
+
+
+def register_data_dependent_rdp_curves() -> None:
+    """Make :class:`~dpkd_audit.accountants.rdp.RDPAccountant` use the votes of PATE events.
+
+    Replaces the registered GNMax/LNMax curves by :func:`pate_rdp_curve`, flagged data-dependent
+    for events with votes (their epsilons are then reported as DATA_DEPENDENT). Not done on
+    import: by default RDPAccountant stays data-independent; :class:`PATEAccountant` is the
+    data-dependent accountant (and adds the smooth-sensitivity release line).
+    """
+    def has_votes(event: _dp.DpEvent) -> bool:
+        return getattr(event, "votes", None) is not None
+
+    for event_type in (GaussianNoisyMaxDpEvent, LaplaceNoisyMaxDpEvent):
+        register_rdp_curve(event_type, pate_rdp_curve, data_dependent=has_votes, replace=True)
 
 
 # --------------------------------------------------------------------------- smooth sensitivity
@@ -546,7 +555,8 @@ def _ls_bound(logq: Any, sigma: Any, order: float, num_classes: Any, logq0: Any,
 
 
 def _is_nondecreasing(values: np.ndarray) -> bool:
-    tol = 1e-9 * (1.0 + np.abs(values[1:]))
+    """Non-decreasing up to rounding (1e-9 of the largest magnitude on the grid)."""
+    tol = 1e-9 * float(np.max(np.abs(values)))
     return bool(np.all(np.diff(values) >= -tol))
 
 
@@ -556,7 +566,8 @@ def _gnmax_thresholds(sigma: float, order: float, num_classes: int) -> _Threshol
 
     q0 is the largest log q such that the Theorem 6 conditions hold and the bound is <= the
     data-independent one at every smaller q (bisection in log space, keeping the end where the
-    bound is valid and smaller). Then, on dense log-q grids: C5 (beta non-decreasing on (0, q0]),
+    bound is valid and smaller). Then, on dense log-q grids (3001 points from 10^4 log q0 up to
+    log q0, idem for q1): C5 (beta non-decreasing on (0, q0]),
     C6 (beta(BU(q)) - beta(q) non-decreasing on (0, q1]), validity below q0, and the bound not
     below lambda/sigma^2 between q0 and the validity limit (so that beta above equals
     :func:`gnmax_rdp`). [PATE18] verifies C5-C6 the same way (numerically) in its code.
@@ -780,8 +791,8 @@ class SmoothSensitivityRelease:
     def epsilon(self, delta: float) -> tuple[float, float]:
         """(epsilon of ``rdp`` alone, epsilon of ``rdp`` + ``release_rdp``) at ``order``."""
         delta = _validate.check_delta(delta, "delta", allow_zero=False)
-        alone, _ = rdp_to_epsilon([self.order], [self.rdp], delta)
-        total, _ = rdp_to_epsilon([self.order], [self.rdp + self.release_rdp], delta)
+        alone, _ = epsilon_from_rdp([self.order], [self.rdp], delta)
+        total, _ = epsilon_from_rdp([self.order], [self.rdp + self.release_rdp], delta)
         return alone, total
 
     def sample(self, rng: np.random.Generator) -> float:
@@ -979,6 +990,15 @@ class PATEAccountant(Accountant):
         self._dep_cache: dict[_dp.DpEvent, np.ndarray] = {}
         self._ind_cache: dict[tuple, np.ndarray] = {}
 
+    def __deepcopy__(self, memo: dict) -> PATEAccountant:
+        # The curve caches are shared, not copied: their arrays are read-only and a pure function
+        # of (event, orders), and copies keep the same orders. A ledger that composes every
+        # charge into a copy then pays for each distinct query's curve once.
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new._counts = Counter(self._counts)
+        return new
+
     @property
     def orders(self) -> np.ndarray:
         """The Renyi orders of this accountant (read-only)."""
@@ -1014,7 +1034,8 @@ class PATEAccountant(Accountant):
 
     def _fill_dep_cache(self) -> None:
         """Compute, vectorised, the data-dependent curves of events not seen yet."""
-        todo = [e for e in self._counts if self._uses_votes(e) and e not in self._dep_cache]
+        todo = [e for e in self._counts
+                if getattr(e, "votes", None) is not None and e not in self._dep_cache]
         groups: dict[tuple[type, int], list] = {}
         for e in todo:
             groups.setdefault((type(e), len(e.votes)), []).append(e)
@@ -1025,12 +1046,13 @@ class PATEAccountant(Accountant):
                 sigma = np.array([float(e.sigma) for e in group])
                 logq = _gnmax_logq_batch(votes, sigma)
                 dep, _ = _gnmax_theorem6(logq[:, None], sigma[:, None], orders)
-                curves = np.minimum(orders / sigma[:, None] ** 2, dep)
+                curves = np.minimum(np.stack([self._ind_curve(e) for e in group]), dep)
             else:
                 scale = np.array([float(e.noise_scale) for e in group])
                 logq = _lnmax_logq_batch(votes, scale)
-                curves = (_lnmax_moments(logq[:, None], scale[:, None], orders - 1.0)
-                          / (orders - 1.0))
+                moments = orders - 1.0
+                indep = np.stack([self._ind_curve(e) for e in group]) * moments
+                curves = _lnmax_moments(logq[:, None], scale[:, None], moments, indep) / moments
             for e, curve in zip(group, curves, strict=True):
                 curve.setflags(write=False)
                 self._dep_cache[e] = curve
@@ -1063,12 +1085,12 @@ class PATEAccountant(Accountant):
     def _epsilon_pair(self, target_delta: float) -> tuple[float, float, float]:
         """(data-independent eps, data-dependent eps, order of the latter)."""
         pure = self._pure_epsilon()
-        eps_ind, _ = rdp_to_epsilon(self._orders, self.rdp(data_dependent=False), target_delta)
+        eps_ind, _ = epsilon_from_rdp(self._orders, self.rdp(data_dependent=False), target_delta)
         eps_ind = min(eps_ind, pure)
         if not self._has_votes():
             return eps_ind, eps_ind, math.nan
-        eps_dep, order = rdp_to_epsilon(self._orders, self.rdp(data_dependent=True),
-                                        target_delta)
+        eps_dep, order = epsilon_from_rdp(self._orders, self.rdp(data_dependent=True),
+                                          target_delta)
         return eps_ind, min(eps_dep, eps_ind), order
 
     def _has_votes(self) -> bool:
@@ -1078,7 +1100,8 @@ class PATEAccountant(Accountant):
         """Smallest epsilon at ``target_delta`` ([BBGHS20] Thm 21 over the orders).
 
         Returns:
-            DATA_DEPENDENT epsilon when votes lowered it, else the data-independent UPPER_BOUND.
+            DATA_DEPENDENT epsilon when votes lowered it (by more than a relative 1e-9), else
+            the data-independent UPPER_BOUND.
         """
         target_delta = _validate.check_probability("target_delta", target_delta)
         if self._non_private:
@@ -1086,9 +1109,18 @@ class PATEAccountant(Accountant):
         if not self._counts:
             return Epsilon(0.0, method=METHOD_DATA_INDEPENDENT, kind=BoundKind.UPPER_BOUND)
         eps_ind, eps_dep, _ = self._epsilon_pair(target_delta)
-        if eps_dep < eps_ind:
-            return Epsilon(eps_dep, method=METHOD_DATA_DEPENDENT, kind=BoundKind.DATA_DEPENDENT)
+        if eps_dep < eps_ind * (1.0 - _SAME_REL_TOL):
+            return Epsilon(eps_dep, method=self._dependent_method(),
+                           kind=BoundKind.DATA_DEPENDENT)
         return Epsilon(eps_ind, method=METHOD_DATA_INDEPENDENT, kind=BoundKind.UPPER_BOUND)
+
+    def _dependent_method(self) -> str:
+        kinds = {type(e) for e in self._counts if self._uses_votes(e)}
+        if kinds == {LaplaceNoisyMaxDpEvent}:
+            return METHOD_DATA_DEPENDENT_LNMAX
+        if LaplaceNoisyMaxDpEvent in kinds:
+            return METHOD_DATA_DEPENDENT_MIXED
+        return METHOD_DATA_DEPENDENT
 
     def data_independent_epsilon(self, target_delta: float) -> Epsilon:
         """The epsilon ignoring every vote histogram (always an UPPER_BOUND)."""
@@ -1111,7 +1143,23 @@ class PATEAccountant(Accountant):
             return 0.0
         if self._pure_epsilon() <= target_epsilon:
             return 0.0
-        return rdp_to_delta(self._orders, self.rdp(), float(target_epsilon))
+        return delta_from_rdp(self._orders, self.rdp(), float(target_epsilon))[0]
+
+    def _release_order(self, target_delta: float) -> float | None:
+        """The order with the smallest data-dependent epsilon where C5-C6 hold, or None."""
+        rdp = self.rdp(data_dependent=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            eps = (rdp + np.log1p(-1.0 / self._orders)
+                   - (math.log(target_delta) + np.log(self._orders)) / (self._orders - 1))
+        keys = {(float(e.sigma), len(e.votes)) for e in self._counts
+                if isinstance(e, GaussianNoisyMaxDpEvent) and self._uses_votes(e)}
+        for idx in np.argsort(np.where(np.isfinite(eps), eps, np.inf), kind="stable"):
+            if not math.isfinite(eps[idx]):
+                break
+            lam = float(self._orders[idx])
+            if all(_gnmax_thresholds(s, lam, m).conditions_hold for s, m in keys):
+                return lam
+        return None
 
     def report(self, target_delta: float, *, order: float | None = None,
                beta: float | None = None, sigma_ss: float | None = None) -> PATEReport:
@@ -1119,11 +1167,14 @@ class PATEAccountant(Accountant):
 
         Args:
             target_delta: Delta of every epsilon reported, in (0, 1).
-            order: Order of the smooth-sensitivity release; None: the order at which the
-                data-dependent epsilon is attained (itself a data-dependent choice, as in the
-                paper's tables).
+            order: Order of the smooth-sensitivity release; None: among the orders where the
+                conditions C5-C6 of [PATE18] hold, the one with the smallest data-dependent
+                epsilon (itself a data-dependent choice, as in the paper's tables).
             beta: Smoothness of the release (see :func:`smooth_sensitivity_release_cost`).
             sigma_ss: Noise multiplier of the release (idem).
+
+        Raises:
+            ValueError: On bad input, or if ``order`` is given and C5-C6 fail there.
         """
         target_delta = _validate.check_delta(target_delta, "target_delta", allow_zero=False)
         eps = self.get_epsilon(target_delta)
@@ -1139,22 +1190,17 @@ class PATEAccountant(Accountant):
             note = ("data-dependent LNMax queries (PATE 2017) have no smooth-sensitivity "
                     "analysis: the data-dependent epsilon must not be published")
         else:
-            chosen = order if order is not None else self._epsilon_pair(target_delta)[2]
-            if not math.isfinite(chosen):
-                note = "no finite data-dependent epsilon"
+            chosen = order if order is not None else self._release_order(target_delta)
+            if chosen is None:
+                note = ("the conditions C5-C6 of PATE 2018 Appendix B.4 fail at every order "
+                        "of this accountant: the data-dependent epsilon must not be published")
             else:
-                try:
-                    release = smooth_sensitivity_release_cost(self._counts, chosen, beta=beta,
-                                                              sigma_ss=sigma_ss)
-                except ValueError as err:
-                    if order is not None or beta is not None or sigma_ss is not None:
-                        raise
-                    note = str(err)
-                else:
-                    how = "given" if beta is not None and sigma_ss is not None else (
-                        "optimised as in the paper (a data-dependent choice)")
-                    note = (f"order {'given' if order is not None else 'chosen from the data'}"
-                            f", beta and sigma_ss {how}")
+                release = smooth_sensitivity_release_cost(self._counts, chosen, beta=beta,
+                                                          sigma_ss=sigma_ss)
+                how = "given" if beta is not None and sigma_ss is not None else (
+                    "optimised as in the paper (a data-dependent choice)")
+                note = (f"order {'given' if order is not None else 'chosen from the data'}"
+                        f", beta and sigma_ss {how}")
         return PATEReport(target_delta=target_delta, data_dependent_epsilon=eps,
                           data_independent_epsilon=ind, release=release, release_note=note)
 

@@ -26,7 +26,7 @@ from dp_accounting import dp_event as _dp
 from scipy import signal, stats
 
 from dpkd_audit import _validate
-from dpkd_audit.accountants.shuffle import closed_form_epsilon, closed_form_max_local_epsilon
+from dpkd_audit._shuffle_math import numerical_epsilon
 from dpkd_audit.events import ShuffledHistogramDpEvent, ShuffledLocalDpEvent
 from dpkd_audit.mechanisms.base import Mechanism, Norm, Sensitivity
 
@@ -58,12 +58,11 @@ class ShuffledRandomizer(Mechanism):
     - ``delta == 0`` (default): pure ``epsilon0``-DP. The shuffled multiset is a post-processing
       of the vector of local reports, which is ``epsilon0``-DP because one user's input only
       affects its own report (Dwork-Roth 2014, Prop. 2.1 and parallel composition).
-    - ``delta`` in (0, 1): (epsilon, delta)-DP with epsilon from Feldman-McMillan-Talwar 2021,
-      Theorem 3.1 (:func:`dpkd_audit.accountants.shuffle.closed_form_epsilon`), provided its
-      validity condition epsilon0 <= log(num_users / (16 log(2/delta))) holds and the result is
-      below epsilon0. Otherwise the claim falls back to pure ``epsilon0``-DP and ``delta`` is
-      set to 0 (``amplified`` tells which). FMT21's tighter numerical bound belongs to the
-      shuffle accountant (not implemented yet).
+    - ``delta`` in (0, 1): (epsilon, delta)-DP with epsilon from Feldman-McMillan-Talwar 2021's
+      numerical bound (Thm 3.2 / App. E, :func:`dpkd_audit._shuffle_math.numerical_epsilon`:
+      exact for their dominating pair, no validity condition, several times tighter than the
+      Theorem 3.1 closed form), when it is below epsilon0. Otherwise the claim falls back to
+      pure ``epsilon0``-DP and ``delta`` is set to 0 (``amplified`` tells which).
 
     The event is ``ShuffledLocalDpEvent(epsilon0, num_users)``: it declares the un-amplified
     ``epsilon0`` (what basic composition may charge); amplification is the shuffle
@@ -80,10 +79,11 @@ class ShuffledRandomizer(Mechanism):
         num_users: Number of users n (an integer >= 1); an input is a sequence of n inputs.
         delta: Target delta of the amplified claim, in [0, 1); 0 claims pure epsilon0-DP.
         epsilon: Claimed epsilon (derived, not an argument).
-        amplified: Whether the FMT21 closed form is claimed (derived).
+        amplified: Whether the FMT21 amplified bound is claimed (derived).
     """
 
-    reference = ("Feldman-McMillan-Talwar FOCS 2021, Thm 3.1 (amplification by shuffling); "
+    reference = ("Feldman-McMillan-Talwar FOCS 2021, Thm 3.2 / App. E numerical bound "
+                 "(amplification by shuffling); "
                  "Erlingsson et al. SODA 2019; Cheu et al. EUROCRYPT 2019")
 
     local: Mechanism
@@ -104,8 +104,8 @@ class ShuffledRandomizer(Mechanism):
         num_users = _validate.check_int("num_users", self.num_users, minimum=1)
         delta = _validate.check_delta(self.delta)
         epsilon, amplified = eps0, False
-        if delta > 0.0 and eps0 <= closed_form_max_local_epsilon(num_users, delta):
-            shuffled = closed_form_epsilon(eps0, num_users, delta)
+        if delta > 0.0:
+            shuffled = numerical_epsilon(eps0, num_users, delta)
             if shuffled < eps0:
                 epsilon, amplified = shuffled, True
         object.__setattr__(self, "num_users", num_users)
