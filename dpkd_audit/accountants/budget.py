@@ -139,14 +139,14 @@ class BudgetRow:
     solved: float | None = None
 
 
-def _accountant_factories(delta: float) -> dict[str, Callable[..., Accountant]]:
+def _accountant_factories(plan: Plan, delta: float) -> dict[str, Callable[..., Accountant]]:
     from dpkd_audit import accountants
 
     names = ["PureAccountant", "AdvancedCompositionAccountant", "OptimalCompositionAccountant",
              "RDPAccountant", "PLDAccountant"]
     out: dict[str, Callable[..., Accountant]] = {
         name: getattr(accountants, name) for name in names if hasattr(accountants, name)}
-    if hasattr(accountants, "ShuffleAccountant") and delta > 0:
+    if plan.kind is PlanKind.SHUFFLE and delta > 0:  # it accounts for shuffled releases only
         shuffle_cls = accountants.ShuffleAccountant
         out["ShuffleAccountant"] = (
             lambda neighboring_relation=NeighboringRelation.REPLACE_ONE:
@@ -190,7 +190,7 @@ def budget_table(plan: Plan, *, delta: float) -> list[BudgetRow]:
         raise ValueError("budget_table needs both noise and queries; use solve() for the "
                          "inverse problem")
     rows = []
-    for name, factory in _accountant_factories(delta).items():
+    for name, factory in _accountant_factories(plan, delta).items():
         try:
             acc = _compose(factory, plan, plan.noise, plan.queries, delta)
             eps = acc.get_epsilon(delta)
@@ -211,7 +211,7 @@ def solve(plan: Plan, *, target_epsilon: float, delta: float,
     if (plan.noise is None) == (plan.queries is None):
         raise ValueError("give exactly one of noise and queries; the other is solved for")
     rows = []
-    for name, factory in _accountant_factories(delta).items():
+    for name, factory in _accountant_factories(plan, delta).items():
         try:
             if plan.noise is None:
                 queries = plan.queries
