@@ -14,6 +14,7 @@ from dp_accounting import dp_event as _dp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
+from stats_helpers import chi_square_pvalue
 
 from dpkd_audit.accountants.pure import PureAccountant, event_guarantee
 from dpkd_audit.events import SelectiveRandomizedResponseDpEvent
@@ -24,17 +25,6 @@ from dpkd_audit.mechanisms.selective_rr import SelectiveRandomizedResponse
 ALPHA = 1e-4  # significance of every chi-square / KS test below: false-failure rate 1e-4 each
 
 BAD_EPSILONS = [0, 0.0, -1.0, math.nan, math.inf, "1", None, True]
-
-
-def chi_square_pvalue(samples: np.ndarray, pmf: np.ndarray) -> float:
-    """Goodness of fit of integer samples to ``pmf`` (cells with zero probability must be empty)."""
-    counts = np.bincount(samples, minlength=pmf.size)
-    assert counts.size == pmf.size
-    support = pmf > 0
-    assert counts[~support].sum() == 0, "sample outside the support"
-    expected = pmf[support] / pmf[support].sum() * samples.size
-    assert expected.min() >= 5, "test design: every cell needs >= 5 expected counts"
-    return float(stats.chisquare(counts[support], expected).pvalue)
 
 
 def srr_reference_pmf(eps: float, label: int, probs: np.ndarray, t: float) -> np.ndarray:

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats
+from stats_helpers import chi_square_pvalue
 
 from dpkd_audit._privacy_math import analytic_gaussian_delta
 from dpkd_audit.accountants.pure import PureAccountant, event_guarantee
@@ -24,17 +25,6 @@ from dpkd_audit.mechanisms.base import Norm
 from dpkd_audit.mechanisms.pate import GaussianNoisyMax, LaplaceNoisyMax
 
 ALPHA = 1e-4  # significance of every chi-square test below: false-failure rate 1e-4 per test
-
-
-def chi_square_pvalue(samples: np.ndarray, pmf: np.ndarray) -> float:
-    """Goodness of fit of integer samples to ``pmf`` (cells with zero probability must be empty)."""
-    counts = np.bincount(samples, minlength=pmf.size)
-    assert counts.size == pmf.size
-    support = pmf > 0
-    assert counts[~support].sum() == 0, "sample outside the support"
-    expected = pmf[support] / pmf[support].sum() * samples.size
-    assert expected.min() >= 5, "test design: every cell needs >= 5 expected counts"
-    return float(stats.chisquare(counts[support], expected).pvalue)
 
 
 def laplace_difference_sf(x: float, b: float) -> float:
