@@ -100,6 +100,10 @@ class Mechanism(abc.ABC):
 
     #: Short citation of the mechanism's source.
     reference: ClassVar[str] = ""
+    #: True for textbook floating-point samplers whose real-valued outputs carry the bit-level
+    #: artefacts of Mironov 2012 (the auditor's float-bits attack distinguishes them); such
+    #: mechanisms are private as real-valued designs, not as float64 implementations.
+    floating_point_output: ClassVar[bool] = False
 
     # ----------------------------------------------------------------- declared properties
     @property

@@ -46,6 +46,7 @@ class Laplace(Mechanism):
     """
 
     reference = "Dwork-McSherry-Nissim-Smith 2006; Dwork-Roth 2014 Thm 3.6"
+    floating_point_output = True
 
     epsilon: float
     sensitivity: Sensitivity | float = 1.0
@@ -87,6 +88,7 @@ class Gaussian(Mechanism):
     """
 
     reference = "Balle-Wang ICML 2018, Thm 8 (analytic Gaussian mechanism)"
+    floating_point_output = True
 
     epsilon: float
     delta: float

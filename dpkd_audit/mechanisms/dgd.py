@@ -56,6 +56,7 @@ class LatentCodeLaplace(Mechanism):
     """
 
     reference: ClassVar[str] = "Wang et al. (DGD), Sec. III-E; Dwork-Roth 2014 Thm 3.6"
+    floating_point_output = True
 
     epsilon: float
     latent_dim: int

@@ -1,0 +1,365 @@
+"""What a sampler returned: validation, kind of output, discrete keys and bit-level features.
+
+The auditors accept any sampler ``f(x, n, rng)`` returning ``n`` outputs stacked on axis 0: a 1-D
+array of scalars, an ``(n, ...)`` array of vectors (numeric or structured), or a sequence of
+hashable discrete values (ints, tuples, strings). This module turns such a batch into the
+representations the attacks work on; every map here is a fixed function of one output, so any
+event defined through it is a fixed event of the output space (what the validity of the bound
+needs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+import numpy as np
+
+__all__ = ["OutputKind", "Outputs", "float_bit_keys", "numeric_features", "prepare_outputs"]
+
+
+class OutputKind(enum.Enum):
+    """The kind of one output, read off a batch."""
+
+    #: One real number per output (1-D float array).
+    SCALAR_FLOAT = "scalar float"
+    #: One integer (or bool) per output (1-D integer array).
+    SCALAR_INT = "scalar int"
+    #: A numeric array per output (``(n, ...)`` array, ``...`` non-empty).
+    ARRAY = "array"
+    #: A structured (record) numpy scalar per output.
+    STRUCTURED = "structured"
+    #: Any other hashable value per output (tuples, strings, ...).
+    OBJECT = "object"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Outputs:
+    """A validated batch of outputs.
+
+    Attributes:
+        kind: The kind of one output.
+        data: The batch: a numeric/structured ndarray stacked on axis 0, or an object array of
+            hashable keys (``OutputKind.OBJECT``).
+    """
+
+    kind: OutputKind
+    data: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.data.shape[0])
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        """Shape of one output (``()`` for scalars)."""
+        return tuple(self.data.shape[1:])
+
+    def signature(self) -> tuple[Any, ...]:
+        """What must agree between two batches of the same sampler (kind, dtype kind, shape)."""
+        if self.kind is OutputKind.OBJECT:
+            return (self.kind,)
+        if self.kind is OutputKind.STRUCTURED:
+            return (self.kind, self.data.dtype, self.item_shape)
+        return (self.kind, self.data.dtype.kind == "f", self.item_shape)
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return (value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    try:
+        hash(value)
+    except TypeError as exc:
+        raise ValueError(f"sampler outputs must be numbers, arrays or hashable values; got an "
+                         f"unhashable {type(value).__name__}") from exc
+    return value
+
+
+def prepare_outputs(raw: Any, n: int, *, name: str = "sampler") -> Outputs:
+    """Validate a batch returned by a sampler and classify it.
+
+    Args:
+        raw: What the sampler returned.
+        n: How many outputs were asked for.
+        name: Name used in error messages.
+
+    Returns:
+        The validated :class:`Outputs`.
+
+    Raises:
+        ValueError: If the batch does not hold exactly ``n`` outputs stacked on axis 0, or holds
+            complex numbers or unhashable values.
+    """
+    arr: np.ndarray | None = None
+    if isinstance(raw, np.ndarray):
+        arr = raw
+    elif not isinstance(raw, str | bytes):
+        try:
+            length = len(raw)
+        except TypeError as exc:
+            raise ValueError(f"{name} must return a sequence of {n} outputs; got "
+                             f"{type(raw).__name__}") from exc
+        if length != n:
+            raise ValueError(f"{name} must return exactly n={n} outputs; got {length}")
+        first = next(iter(raw), None)
+        if isinstance(first, int | float | np.number | np.bool_ | bool | np.ndarray | list):
+            try:
+                candidate = np.asarray(raw)
+            except (TypeError, ValueError):
+                candidate = None
+            if candidate is not None and candidate.dtype.kind in "biuf":
+                arr = candidate
+        if arr is None:
+            keys = np.empty(n, dtype=object)
+            keys[:] = [_hashable(v) for v in raw]
+            return Outputs(OutputKind.OBJECT, keys)
+    else:
+        raise ValueError(f"{name} must return a sequence of {n} outputs; got a string")
+    if arr.ndim == 0 or arr.shape[0] != n:
+        raise ValueError(f"{name} must return exactly n={n} outputs stacked on axis 0; got an "
+                         f"array of shape {arr.shape}")
+    if arr.dtype.names is not None:
+        if arr.ndim != 1:
+            raise ValueError(f"{name} must return structured outputs as a 1-D array; got shape "
+                             f"{arr.shape}")
+        return Outputs(OutputKind.STRUCTURED, np.ascontiguousarray(arr))
+    if arr.dtype.kind == "c":
+        raise ValueError(f"{name} must return real outputs; got dtype {arr.dtype}")
+    if arr.dtype.kind == "O":
+        keys = np.empty(n, dtype=object)
+        keys[:] = [_hashable(v) for v in arr]
+        return Outputs(OutputKind.OBJECT, keys)
+    if arr.dtype.kind not in "biuf":
+        keys = np.empty(n, dtype=object)
+        keys[:] = [_hashable(v) for v in arr]
+        return Outputs(OutputKind.OBJECT, keys)
+    if arr.ndim == 1:
+        kind = OutputKind.SCALAR_FLOAT if arr.dtype.kind == "f" else OutputKind.SCALAR_INT
+        return Outputs(kind, arr)
+    return Outputs(OutputKind.ARRAY, np.ascontiguousarray(arr))
+
+
+# --------------------------------------------------------------------------- discrete keys
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    """SplitMix64 finaliser (Steele, Lea, Flood, OOPSLA 2014); wraps modulo 2^64 on purpose."""
+    with np.errstate(over="ignore"):
+        h = (h ^ (h >> np.uint64(30))) * _M1
+        h = (h ^ (h >> np.uint64(27))) * _M2
+        return h ^ (h >> np.uint64(31))
+
+
+def _row_hash(rows: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of the bytes of each row (vectorised over rows, looped over 8-byte words).
+
+    A hash collision merges two outcomes into one key: the events built on keys are still fixed
+    events of the output space, so collisions can only cost power, never validity.
+    """
+    n = rows.shape[0]
+    raw = np.ascontiguousarray(rows).view(np.uint8).reshape(n, -1)
+    width = raw.shape[1]
+    pad = (-width) % 8
+    if pad:
+        raw = np.concatenate([raw, np.zeros((n, pad), dtype=np.uint8)], axis=1)
+    words = raw.view(np.uint64)
+    h = np.full(n, np.uint64(width), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(words.shape[1]):
+            h = _mix(h + _GOLDEN + words[:, j])
+    return h.view(np.int64)
+
+
+class KeyCoder:
+    """Maps outputs to int64 keys, consistently across the batches of one audit.
+
+    Scalars keep their value (integers) or their bit pattern (floats); arrays and records are
+    hashed (:func:`_row_hash`); other hashable values are numbered in order of first appearance
+    (the numbering is shared by every batch coded by the same coder, so a key names the same
+    outcome on the selection and on the bounding part).
+    """
+
+    def __init__(self) -> None:
+        self._codes: dict[Any, int] = {}
+
+    def keys(self, outputs: Outputs) -> np.ndarray:
+        """int64 keys of a batch."""
+        data = outputs.data
+        if outputs.kind is OutputKind.SCALAR_INT:
+            if data.dtype == np.uint64:
+                return data.view(np.int64)
+            return data.astype(np.int64, copy=False)
+        if outputs.kind is OutputKind.SCALAR_FLOAT:
+            return data.astype(np.float64).view(np.int64)
+        if outputs.kind is OutputKind.OBJECT:
+            return np.fromiter((self._codes.setdefault(v, len(self._codes)) for v in data),
+                               dtype=np.int64, count=len(data))
+        return _row_hash(data)
+
+
+def describe_keys(wanted: np.ndarray, keys: np.ndarray, outputs: Outputs) -> list[str]:
+    """Short texts of the outcomes with keys ``wanted``, from an output of ``outputs`` with each.
+
+    Args:
+        wanted: Keys to describe.
+        keys: The keys of ``outputs``.
+        outputs: A batch in which each wanted key occurs.
+    """
+    texts = []
+    for key in wanted:
+        where = np.flatnonzero(keys == key)
+        texts.append(_short_repr(outputs.data[where[0]]) if where.size else f"<key {key}>")
+    return texts
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    if isinstance(value, np.ndarray):
+        text = np.array2string(value.ravel(), threshold=8, edgeitems=3, separator=",")
+        if value.ndim > 1:
+            text = f"{text} (shape {value.shape})"
+    elif isinstance(value, np.floating):
+        text = repr(float(value))
+    elif isinstance(value, np.generic):
+        text = repr(value.item())
+    else:
+        text = repr(value)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------- float bits
+
+#: Cap on the trailing-zero count of the significand used by :func:`float_bit_keys`.
+TRAILING_CAP = 12
+#: Number of low significand bits used by the low-bits pattern of :func:`float_bit_keys`.
+LOW_BITS = 3
+
+
+def _float_layout(dtype: np.dtype) -> tuple[type, int, int]:
+    if dtype == np.float32:
+        return np.uint32, 23, 8
+    return np.uint64, 52, 11
+
+
+def float_bit_keys(values: np.ndarray, *, low_bits: bool) -> np.ndarray:
+    """Bit-level keys of floating-point outputs: sign, binade and the low significand bits.
+
+    Mironov, "On significance of the least significant bits for differential privacy", CCS
+    2012, Section 3: a textbook floating-point Laplace ``x + b ln(U)`` reaches, inside a binade,
+    only a sparse, input-dependent subset of the doubles (the rounding grid of ``x + noise``
+    depends on ``x``), so the position of an output on the grid of its binade separates the
+    inputs. The key is ``(sign, unbiased exponent, pattern)`` where ``pattern`` is the number of
+    trailing zero bits of the significand capped at :data:`TRAILING_CAP` (how coarse a grid
+    ``2^-k`` the value lies on; ``low_bits=False``), or the :data:`LOW_BITS` lowest significand
+    bits (``low_bits=True``). NaNs and infinities get the maximal exponent like in IEEE 754.
+
+    Args:
+        values: A 1-D float array (float64, float32 or float16 read as float64).
+        low_bits: Use the lowest significand bits instead of the trailing-zero count.
+
+    Returns:
+        int64 keys (a bijection of the triple).
+    """
+    if values.dtype not in (np.float32, np.float64):
+        values = values.astype(np.float64)
+    utype, mant_bits, exp_bits = _float_layout(values.dtype)
+    bits = values.view(utype).astype(np.uint64)
+    mantissa = bits & np.uint64((1 << mant_bits) - 1)
+    exponent = ((bits >> np.uint64(mant_bits)) & np.uint64((1 << exp_bits) - 1)).astype(np.int64)
+    sign = (bits >> np.uint64(mant_bits + exp_bits)).astype(np.int64)
+    if low_bits:
+        pattern = (mantissa & np.uint64((1 << LOW_BITS) - 1)).astype(np.int64)
+    else:
+        pattern = np.full(values.shape, TRAILING_CAP, dtype=np.int64)
+        remaining = mantissa.copy()
+        found = np.zeros(values.shape, dtype=bool)
+        for k in range(TRAILING_CAP):
+            low = (remaining & np.uint64(1)).astype(bool) & ~found
+            pattern[low] = k
+            found |= low
+            remaining >>= np.uint64(1)
+    return (sign << 20) | (exponent << 5) | pattern
+
+
+def describe_float_key(key: int, *, low_bits: bool, dtype: np.dtype) -> str:
+    """Readable text of a key of :func:`float_bit_keys`."""
+    exp_bits = _float_layout(dtype)[2]
+    sign = "-" if (key >> 20) & 1 else "+"
+    exponent = (key >> 5) & ((1 << exp_bits) - 1)
+    pattern = key & 31
+    bias = (1 << (exp_bits - 1)) - 1
+    if exponent == 0:
+        where = f"{sign}subnormal"
+    elif exponent == (1 << exp_bits) - 1:
+        where = f"{sign}inf/nan"
+    else:
+        where = f"{sign}[2^{exponent - bias}, 2^{exponent - bias + 1})"
+    if low_bits:
+        return f"{where} low bits {pattern:0{LOW_BITS}b}"
+    if pattern >= TRAILING_CAP:
+        return f"{where} >= {TRAILING_CAP} trailing zero bits"
+    return f"{where} {pattern} trailing zero bits"
+
+
+# --------------------------------------------------------------------------- features
+
+#: Above this many coordinates per output, the classifier uses summary features only.
+MAX_RAW_FEATURES = 1024
+#: Integer outputs whose values span at most this many levels also get value-count features.
+MAX_COUNT_LEVELS = 64
+
+
+def numeric_features(outputs: Outputs, levels: np.ndarray | None = None) -> np.ndarray:
+    """Features of array / structured outputs for the classifier attack: a fixed function.
+
+    The raw flattened output (when it has at most :data:`MAX_RAW_FEATURES` coordinates), plus
+    per-output summaries (sum, mean, standard deviation, min, max) and, for integer outputs over
+    few levels, how many coordinates take each level (permutation-invariant, which is what a
+    shuffled output carries; Balle-Bell-Gascon-Nissim, CRYPTO 2019, Section 2).
+
+    Args:
+        outputs: An ARRAY, STRUCTURED, SCALAR_FLOAT or SCALAR_INT batch.
+        levels: The integer levels to count (chosen once on the selection part); ``None``: none.
+
+    Returns:
+        A float64 matrix with one row per output.
+    """
+    data = outputs.data
+    if outputs.kind is OutputKind.STRUCTURED:
+        cols = []
+        for field in data.dtype.names or ():
+            col = np.asarray(data[field])
+            cols.append(col.reshape(len(data), -1).astype(np.float64))
+        flat = np.concatenate(cols, axis=1)
+    else:
+        flat = data.reshape(len(data), -1).astype(np.float64)
+    flat = np.where(np.isfinite(flat), flat, 0.0)
+    parts = []
+    if flat.shape[1] <= MAX_RAW_FEATURES:
+        parts.append(flat)
+    if flat.shape[1] > 1:
+        parts.append(np.stack([flat.sum(axis=1), flat.mean(axis=1), flat.std(axis=1),
+                               flat.min(axis=1), flat.max(axis=1)], axis=1))
+    if levels is not None and levels.size:
+        ints = data.reshape(len(data), -1)
+        parts.append(np.stack([(ints == lev).sum(axis=1) for lev in levels],
+                              axis=1).astype(np.float64))
+    return np.concatenate(parts, axis=1)
+
+
+def count_levels(outputs: Outputs) -> np.ndarray | None:
+    """The integer levels worth counting per output (few distinct values), else ``None``."""
+    if outputs.kind is not OutputKind.ARRAY or outputs.data.dtype.kind not in "biu":
+        return None
+    values = np.unique(outputs.data)
+    if values.size <= 1 or values.size > MAX_COUNT_LEVELS:
+        return None
+    return values

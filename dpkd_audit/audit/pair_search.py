@@ -1,0 +1,107 @@
+"""Neighbouring-pair search for black-box samplers: pilot every pair, confirm the best.
+
+A black box's worst-case pair is unknown. Given candidate inputs, audit every pair (or the pairs
+given) on a small pilot sample, keep the pair with the largest pilot lower bound, and audit it
+again on *fresh* samples. Only the confirmation is reported: the pair is a function of the pilot
+samples, which are independent of the confirmation samples, so the confirmation bound keeps its
+confidence whatever number of pairs was tried (the selection/bound split of
+:mod:`dpkd_audit.audit.auditor`, applied one level up; Ding et al., CCS 2018, Section 4, search
+inputs then test on fresh samples).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dpkd_audit import _validate
+from dpkd_audit.audit.attacks import Attack
+from dpkd_audit.audit.auditor import MIN_SAMPLES, AuditResult, Sampler, audit_sampler
+
+__all__ = ["search_neighbouring_pair"]
+
+
+def _check_pairs(pairs: Any, count: int) -> list[tuple[int, int]]:
+    out = []
+    try:
+        items = list(pairs)
+    except TypeError as exc:
+        raise ValueError(f"pairs must be a sequence of (i, j) index pairs; got "
+                         f"{type(pairs).__name__}") from exc
+    if not items:
+        raise ValueError("pairs must hold at least one (i, j) index pair; got none")
+    for item in items:
+        try:
+            i, j = item
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"pairs must hold (i, j) index pairs; got {item!r}") from exc
+        i = _validate.check_int("pairs index", i, minimum=0, maximum=count - 1)
+        j = _validate.check_int("pairs index", j, minimum=0, maximum=count - 1)
+        if i == j:
+            raise ValueError(f"pairs must pair two different candidates; got ({i}, {j})")
+        out.append((i, j))
+    return out
+
+
+def search_neighbouring_pair(sampler: Sampler, candidates: Sequence[Any], *, epsilon: float,
+                             delta: float = 0.0, pilot_n: int = 10_000, n: int = 100_000,
+                             confidence: float = 0.95, rng: np.random.Generator,
+                             pairs: Sequence[tuple[int, int]] | None = None,
+                             attack: Attack = Attack.AUTO
+                             ) -> tuple[tuple[Any, Any], AuditResult]:
+    """Find the pair of candidate inputs on which the sampler leaks most, and audit it.
+
+    Every pair (``i < j`` of ``candidates``, or the index pairs in ``pairs``) is audited with
+    ``pilot_n`` outputs per input (both directions are covered by each audit); the pair with the
+    largest pilot ``epsilon_lower`` (ties: the larger pilot estimate, then the first) is audited
+    again with ``n`` fresh outputs per input. The returned result is the confirmation alone and
+    is valid at level ``confidence`` (see the module docstring). The caller decides whether the
+    pairs are neighbours: the bound is a bound on the sampler's privacy loss between the two
+    inputs returned.
+
+    Args:
+        sampler: ``sampler(x, n, rng)`` returning ``n`` independent outputs.
+        candidates: At least two candidate inputs.
+        epsilon: Claimed epsilon (> 0).
+        delta: Claimed delta, in [0, 1).
+        pilot_n: Outputs per input in each pilot audit.
+        n: Outputs per input in the confirmation audit.
+        confidence: Confidence of the confirmation bound (and of the pilot bounds), in (0, 1).
+        rng: The randomness.
+        pairs: Index pairs to try (default: all pairs).
+        attack: Attack of every audit.
+
+    Returns:
+        ``((x, x_prime), result)``: the chosen candidates (the objects given, in the order of the
+        chosen direction's pair) and the confirmation's :class:`AuditResult`.
+
+    Raises:
+        ValueError: If an argument is out of range (the message names it).
+    """
+    try:
+        items = list(candidates)
+    except TypeError as exc:
+        raise ValueError(f"candidates must be a sequence of inputs; got "
+                         f"{type(candidates).__name__}") from exc
+    if len(items) < 2:
+        raise ValueError(f"candidates must hold at least 2 inputs; got {len(items)}")
+    pilot_n = _validate.check_int("pilot_n", pilot_n, minimum=MIN_SAMPLES)
+    n = _validate.check_int("n", n, minimum=MIN_SAMPLES)
+    rng = _validate.check_generator(rng)
+    tried = (list(itertools.combinations(range(len(items)), 2)) if pairs is None
+             else _check_pairs(pairs, len(items)))
+    best_key: tuple[float, float] | None = None
+    best_pair = tried[0]
+    for i, j in tried:
+        pilot = audit_sampler(sampler, items[i], items[j], epsilon=epsilon, delta=delta,
+                              n=pilot_n, confidence=confidence, rng=rng, attack=attack)
+        key = (pilot.epsilon_lower, pilot.epsilon_estimate)
+        if best_key is None or key > best_key:
+            best_key, best_pair = key, (i, j)
+    i, j = best_pair
+    result = audit_sampler(sampler, items[i], items[j], epsilon=epsilon, delta=delta, n=n,
+                           confidence=confidence, rng=rng, attack=attack)
+    return (items[i], items[j]), result
