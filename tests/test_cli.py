@@ -76,3 +76,38 @@ def test_demo_rejects_bad_epsilon(argv, capsys):
 def test_demo_rejects_k_above_clusters(capsys):
     assert main(["demo", "--clusters", "5", "--k", "6"]) == 2
     assert "k must be" in capsys.readouterr().err
+
+
+def test_audit_one_mechanism_json(capsys):
+    assert main(["audit", "Laplace", "--samples", "20000", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["mechanism"] == "Laplace" and not record["violation"]
+    assert 0.5 < record["epsilon_lower"] <= 1.0
+
+
+def test_audit_flags_a_control_and_overrides_epsilon(capsys):
+    assert main(["audit", "WrongRandomizedResponse", "--samples", "20000"]) == 0
+    assert "VIOLATION" in capsys.readouterr().out
+    assert main(["audit", "RandomizedResponse", "--epsilon", "0.5", "--samples", "20000",
+                 "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["epsilon_claimed"] == 0.5 and not record["violation"]
+
+
+def test_audit_all_writes_table_and_plot(tmp_path, capsys):
+    plot = tmp_path / "audit.png"
+    assert main(["audit", "--all", "--samples", "100000", "--max-values", "2000000",
+                 "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    from dpkd_audit.audit import controls
+
+    assert out.count("VIOLATION") == len(controls.CONTROLS)  # every control, nothing else
+    assert "| SparseVector | 1 |" in out
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_audit_argument_errors(capsys):
+    assert main(["audit"]) == 2
+    assert "--all" in capsys.readouterr().err
+    assert main(["audit", "Bogus"]) == 2
+    assert "unknown mechanism" in capsys.readouterr().err

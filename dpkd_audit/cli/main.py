@@ -143,7 +143,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     records = []
     progress = _progress(len(targets), enabled=args.all and not args.json)
     for record in run_audits(targets, samples=args.samples, confidence=args.confidence,
-                             rng=rng, max_seconds=args.max_seconds, attack=attack,
+                             rng=rng, max_values=args.max_values, attack=attack,
                              epsilon=args.epsilon):
         records.append(record)
         progress(record["mechanism"])
@@ -262,9 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="audit every package mechanism and positive control; writes a plot")
     p.add_argument("--epsilon", type=_positive_float, help="claimed epsilon to audit")
     p.add_argument("--samples", type=int, default=100_000,
-                   help="samples per side (default 1e5; capped per mechanism by --max-seconds)")
-    p.add_argument("--max-seconds", type=_positive_float, default=10.0,
-                   help="sampling time allowed per mechanism (default 10)")
+                   help="samples per side (default 1e5; capped per mechanism by --max-values)")
+    p.add_argument("--max-values", type=int, default=5_000_000,
+                   help="most output values per side for one mechanism: a mechanism whose "
+                        "output is a vector of m values gets at most this / m samples "
+                        "(default 5e6)")
     p.add_argument("--confidence", type=float, default=0.95, help="confidence (default 0.95)")
     p.add_argument("--attack", choices=["auto", "auto-real", "threshold", "histogram",
                                         "classifier", "float-bits"],
