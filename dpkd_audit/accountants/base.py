@@ -125,7 +125,13 @@ class Accountant(abc.ABC):
                 self._non_private = True
             else:
                 self._counts[leaf] += n
+        if leaves:
+            self._on_compose(leaves)
         return self
+
+    def _on_compose(self, leaves: Counter[_dp.DpEvent]) -> None:
+        """Hook run after phase 2 with the composed leaves; must not fail (no-op by default)."""
+        return None
 
     def copy(self) -> Self:
         """An independent copy of this accountant and its history."""
