@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dp_accounting import dp_event as _dp
 
 from dpkd_audit import _validate
-from dpkd_audit._privacy_math import analytic_gaussian_delta
+from dpkd_audit._privacy_math import analytic_gaussian_delta, smallest_satisfying
 from dpkd_audit.accountants import calibration
 from dpkd_audit.accountants.advanced import (
     AdvancedCompositionAccountant,
@@ -169,18 +169,14 @@ def _compose(factory: Callable[..., Accountant], plan: Plan, noise: float, queri
 
 
 def _gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
+    """Smallest epsilon of the exact analytic-Gaussian curve (Balle-Wang Thm 8) at ``delta``."""
     if delta <= 0:
         return math.inf
-    lo, hi = 0.0, 1.0
+    hi = 1.0
     while analytic_gaussian_delta(hi, noise_multiplier) > delta:
         hi *= 2
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        if analytic_gaussian_delta(mid, noise_multiplier) > delta:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    return smallest_satisfying(lambda e: analytic_gaussian_delta(e, noise_multiplier), delta,
+                               0.0, hi)
 
 
 def budget_table(plan: Plan, *, delta: float) -> list[BudgetRow]:

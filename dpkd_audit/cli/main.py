@@ -7,6 +7,7 @@ import dataclasses
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -64,7 +65,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     config = QuickstartConfig(epsilon=args.epsilon, clusters=args.clusters, k=args.k,
                               seed=args.seed)
     budget = args.budget if args.budget is not None else args.epsilon
-    ledger = (Ledger.open(args.ledger) if args.ledger and _exists(args.ledger)
+    ledger = (Ledger.open(args.ledger) if args.ledger and Path(args.ledger).exists()
               else Ledger(epsilon=budget, path=args.ledger))
     result = run(config, ledger=ledger, rng=np.random.default_rng(args.seed))
     spent = ledger.spent()
@@ -177,12 +178,6 @@ def _progress(total: int, *, enabled: bool):
             bar.close()
 
     return step
-
-
-def _exists(path: str) -> bool:
-    from pathlib import Path
-
-    return Path(path).exists()
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

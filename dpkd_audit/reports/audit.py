@@ -78,12 +78,11 @@ def plot_audit(records: Sequence[dict[str, Any]], path: str | Path, *,
         if estimate is not None and math.isfinite(float(estimate)) and estimate > lower[i]:
             ax.plot([i, i], [lower[i], float(estimate)], color=color, lw=2, alpha=0.6)
         ax.scatter([i], [lower[i]], color=color, zorder=4, s=36,
-                   label=("lower bound (violation)" if violation else "lower bound")
-                   if i == 0 or violation != bool(records[0].get("violation", False)) else None)
+                   label="lower bound (violation)" if violation else "lower bound")
         true_eps = r.get("true_epsilon")
         if true_eps is not None and math.isfinite(float(true_eps)):
             ax.scatter([i], [float(true_eps)], marker="x", color="tab:gray", zorder=3,
-                       label="true epsilon (controls)" if i == _first_true(records) else None)
+                       label="true epsilon (controls)")
     ax.set_xticks(x)
     ax.set_xticklabels(names, rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("epsilon")
@@ -99,10 +98,3 @@ def plot_audit(records: Sequence[dict[str, Any]], path: str | Path, *,
     plt.close(fig)
     return path
 
-
-def _first_true(records: Sequence[dict[str, Any]]) -> int:
-    for i, r in enumerate(records):
-        value = r.get("true_epsilon")
-        if value is not None and math.isfinite(float(value)):
-            return i
-    return -1
