@@ -29,7 +29,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -222,6 +222,28 @@ class Ledger:
             self._charges.append(charge)
             self._last_digest = digest
             return charge
+
+    def check(self, events: Sequence[_dp.DpEvent], *, label: str) -> Epsilon:
+        """Would charging ``events`` (in order) fit the budget? Records nothing.
+
+        A pipeline calls this before any work starts, so that a run the budget cannot pay for
+        fails at once rather than after an hour of training.
+
+        Returns:
+            The spent epsilon the ledger would report after charging all of ``events``.
+
+        Raises:
+            BudgetExceededError: If they would not fit (message as for :meth:`charge`).
+            UnsupportedEventError: If the accountant cannot account for one of them.
+        """
+        events = list(events)
+        if not events:
+            raise ValueError("events must hold at least one DpEvent")
+        composed = _dp.ComposedDpEvent(events) if len(events) > 1 else events[0]
+        with self._lock:
+            if self._conn is not None:
+                self._sync()
+            return self._check(composed, label).get_epsilon(self._delta)
 
     def spent(self) -> SpentBudget:
         """The budget spent so far (re-read from the file first, if any)."""

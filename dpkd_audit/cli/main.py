@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dpkd_audit.cli.pipelines import add_pipeline_parsers, argv_or_default
+
 __all__ = ["build_parser", "main"]
 
 
@@ -281,17 +283,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--last", type=int, default=20, help="show the last N charges (default 20)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_ledger)
+
+    add_pipeline_parsers(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dpkd`` console script."""
+    from dpkd_audit.data import DatasetNotFoundError
     from dpkd_audit.errors import BudgetExceededError, LedgerError
 
     args = build_parser().parse_args(argv)
+    args.argv = argv_or_default(argv)
     try:
         return args.func(args)
-    except (ValueError, BudgetExceededError, LedgerError) as exc:
+    except (ValueError, BudgetExceededError, LedgerError, DatasetNotFoundError) as exc:
         print(f"dpkd {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

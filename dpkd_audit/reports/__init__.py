@@ -1,1 +1,38 @@
-"""Reports built from saved result records: plots and tables."""
+"""Reports built from saved result records: plots and tables.
+
+Nothing here imports the pipelines or torch: reports are built from records (dicts / JSON lines)
+only, so they can be regenerated from committed ``results.jsonl`` files.
+"""
+
+from dpkd_audit.reports.accuracy import (
+    REQUIRED_KEYS,
+    SETUP_KEYS,
+    TABLE_COLUMNS,
+    Metric,
+    accuracy_figure,
+    load_records,
+    markdown_table,
+    plot_accuracy,
+    sweep_readme,
+    validate_record,
+)
+from dpkd_audit.reports.audit import audit_markdown_table, plot_audit
+from dpkd_audit.reports.references import PAPER_REFERENCES, PaperReference, references_for
+
+__all__ = [
+    "PAPER_REFERENCES",
+    "REQUIRED_KEYS",
+    "SETUP_KEYS",
+    "TABLE_COLUMNS",
+    "Metric",
+    "PaperReference",
+    "accuracy_figure",
+    "audit_markdown_table",
+    "load_records",
+    "markdown_table",
+    "plot_accuracy",
+    "plot_audit",
+    "references_for",
+    "sweep_readme",
+    "validate_record",
+]

@@ -1,0 +1,253 @@
+"""``dpkd run METHOD`` and ``dpkd sweep METHOD``: pipeline runs that write result records."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_pipeline_parsers"]
+
+_DATASETS = ["digits", "mnist", "fashion-mnist"]
+_MODES = ["central", "local-rr", "local-collision", "shuffle", "shuffle-multi"]
+_REPRESENTATIONS = ["pca", "hog", "hog-pca", "encoder"]
+
+
+def _command(argv: list[str]) -> str:
+    return shlex.join(["dpkd", *argv])
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") \
+            from exc
+    if not values or any(not (0 < v < float("inf")) for v in values):
+        raise argparse.ArgumentTypeError(f"expected finite numbers > 0, got {text!r}")
+    return values
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") \
+            from exc
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected integers >= 0, got {text!r}")
+    return values
+
+
+def _mode_list(text: str) -> list[str]:
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in values if v not in _MODES]
+    if not values or bad:
+        raise argparse.ArgumentTypeError(f"modes must be among {_MODES}; got {text!r}")
+    return values
+
+
+def _rknn_config(args: argparse.Namespace, *, epsilon: float, mode: str) -> Any:
+    from dpkd_audit.pipelines.common.representations import RepresentationConfig
+    from dpkd_audit.pipelines.rknn import RknnConfig
+
+    overrides: dict[str, Any] = {"dataset": args.dataset, "epsilon": epsilon, "mode": mode,
+                                 "k": args.k, "seed": args.seed, "split_seed": args.split_seed,
+                                 "central_noise": args.noise, "soft_labels": args.soft_labels,
+                                 "simulate_local": args.simulate_local,
+                                 "public_size": args.public_size}
+    if args.delta is not None:
+        overrides["delta"] = args.delta
+    if args.clusters is not None:
+        overrides["clusters"] = args.clusters
+    config = RknnConfig.preset_config(args.preset, **overrides)
+    if args.representation is not None:
+        config = dataclasses.replace(config, representation=dataclasses.replace(
+            config.representation, kind=args.representation))
+    if args.student_epochs is not None:
+        config = dataclasses.replace(config, student=dataclasses.replace(
+            config.student, epochs=args.student_epochs))
+    if args.encoder_epochs is not None:
+        config = dataclasses.replace(config, encoder=dataclasses.replace(
+            config.encoder, epochs=args.encoder_epochs))
+    if not isinstance(config.representation, RepresentationConfig):  # pragma: no cover
+        raise ValueError("internal error: representation config")
+    return config
+
+
+def _write_json(path: Path, value: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(value, indent=2, allow_nan=False) + "\n")
+    tmp.replace(path)
+
+
+def _out_dir(path: str) -> Path:
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out must be a directory; {out} is a file")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _summary(record: dict[str, Any]) -> str:
+    eps_rl = record["epsilon_record_level"]
+    eps_text = "inf" if eps_rl is None else f"{eps_rl:.4g}"
+    delta_text = f", delta {record['delta']:g}" if record["delta"] else ""
+    return (f"{record['dataset']} {record['mode']} eps={record['epsilon']:g}: test accuracy "
+            f"{record['test_accuracy']:.4f}, label accuracy {record['label_accuracy']:.4f} "
+            f"(without noise {record['label_accuracy_without_noise']:.4f}); record-level "
+            f"epsilon {eps_text}{delta_text}; "
+            f"{record['seconds']['total']:.1f} s on {record['device']}")
+
+
+def _cmd_run_rknn(args: argparse.Namespace) -> int:
+    from dpkd_audit.ledger import Ledger
+    from dpkd_audit.pipelines.rknn import ledger_for, release_rng, run
+
+    config = _rknn_config(args, epsilon=args.epsilon, mode=args.mode)
+    out = _out_dir(args.out)
+    if args.ledger:
+        Path(args.ledger).parent.mkdir(parents=True, exist_ok=True)
+        ledger = (Ledger.open(args.ledger) if Path(args.ledger).exists()
+                  else ledger_for(config, path=args.ledger))
+    else:
+        ledger = ledger_for(config)
+    command = _command(args.argv)
+    _write_json(out / "config.json", {"command": command, "argv": args.argv,
+                                      "config": config.to_dict()})
+    result = run(config, ledger=ledger, rng=release_rng(config), device=args.device,
+                 data_dir=args.data_dir, progress=not args.quiet)
+    record = result.to_record(command=command)
+    _write_json(out / "result.json", record)
+    if args.json:
+        print(json.dumps(record, indent=2))
+    else:
+        print(_summary(record))
+        print(f"wrote {out / 'result.json'}")
+    return 0
+
+
+def _done_keys(path: Path) -> set[tuple[str, float, int]]:
+    if not path.exists():
+        return set()
+    keys = set()
+    for line in path.read_text().splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            keys.add((rec["mode"], float(rec["epsilon"]), int(rec["seed"])))
+    return keys
+
+
+def _cmd_sweep_rknn(args: argparse.Namespace) -> int:
+    from dpkd_audit.pipelines.rknn import sweep, sweep_configs
+    from dpkd_audit.reports.accuracy import load_records, plot_accuracy, sweep_readme
+
+    base = _rknn_config(args, epsilon=args.epsilons[0], mode=args.modes[0])
+    configs = sweep_configs(base, epsilons=args.epsilons, modes=args.modes, seeds=args.seeds)
+    out = _out_dir(args.out)
+    results_path = out / "results.jsonl"
+    command = _command(args.argv)
+    if args.resume:
+        done = _done_keys(results_path)
+        configs = [c for c in configs if (c.mode.value, c.epsilon, c.seed) not in done]
+    elif results_path.exists():
+        results_path.unlink()
+    _write_json(out / "sweep.json", {"command": command, "argv": args.argv,
+                                     "base_config": base.to_dict()})
+    if configs:
+        for result in sweep(configs, device=args.device, data_dir=args.data_dir,
+                            progress=not args.quiet):
+            record = result.to_record(command=command)
+            with results_path.open("a") as fh:
+                fh.write(json.dumps(record, allow_nan=False) + "\n")
+            print(_summary(record), flush=True)
+    records = load_records(results_path)
+    plot = plot_accuracy(records, out / "accuracy.png",
+                         title=f"Reverse k-NN on {args.dataset}: accuracy vs epsilon",
+                         show_label_accuracy=True)
+    readme = sweep_readme(records, command=command,
+                          title=f"Reverse k-NN labelling on {args.dataset}", plot_name=plot.name)
+    readme += ("\nEach run is a separate experiment with its own budget (a fresh ledger); "
+               "releasing all of them on the same private data would compose.\n")
+    (out / "README.md").write_text(readme)
+    print(f"wrote {results_path}, {plot}, {out / 'README.md'}")
+    return 0
+
+
+def _add_rknn_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", choices=_DATASETS, default="digits",
+                   help="dataset (default digits, embedded; mnist / fashion-mnist need the idx "
+                        "files: --data-dir or DPKD_DATA_DIR)")
+    p.add_argument("--data-dir", help="directory holding the dataset's idx files")
+    p.add_argument("--clusters", type=int,
+                   help="number of queries s (default: 100 for --preset small, 40 for paper)")
+    p.add_argument("--k", type=int, default=1, help="nearest queries per record (default 1)")
+    p.add_argument("--delta", type=float,
+                   help="target delta (shuffle modes only; default 1e-5)")
+    p.add_argument("--preset", choices=["small", "paper"], default="small",
+                   help="small: CPU-sized (default); paper: GPU-sized (encoder, long student)")
+    p.add_argument("--representation", choices=_REPRESENTATIONS,
+                   help="override the preset's representation (fitted on public data only)")
+    p.add_argument("--noise", choices=["discrete", "continuous"], default="discrete",
+                   help="Laplace noise of the central release (default discrete, exact)")
+    p.add_argument("--soft-labels", action="store_true",
+                   help="train on normalised noisy counts instead of the noisy argmax")
+    p.add_argument("--simulate-local", action="store_true",
+                   help="local-rr: draw the clients' aggregate from its exact law")
+    p.add_argument("--public-size", type=int, help="public split size (default: half the test "
+                                                   "set)")
+    p.add_argument("--student-epochs", type=int, help="override the student's epochs")
+    p.add_argument("--encoder-epochs", type=int, help="override the encoder's epochs")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
+    p.add_argument("--split-seed", type=int, default=0, help="seed of the public/test split")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--quiet", action="store_true", help="no progress bars or stage messages")
+
+
+def add_pipeline_parsers(sub: argparse._SubParsersAction) -> None:
+    """Add ``run`` and ``sweep`` (each with a sub-command per method) to ``dpkd``."""
+    run = sub.add_parser("run", help="run a pipeline end to end; writes OUT/result.json")
+    methods = run.add_subparsers(dest="method", metavar="METHOD")
+    methods.required = True
+    p = methods.add_parser(
+        "rknn", help="reverse k-NN private labelling + student",
+        description="Reverse k-NN private labelling (representation on public data, k-means "
+                    "queries, private votes released under the chosen model, student CNN). "
+                    "Writes OUT/result.json and OUT/config.json.")
+    p.add_argument("--epsilon", type=float, default=0.1, help="target epsilon (default 0.1)")
+    p.add_argument("--mode", choices=_MODES, default="central", help="release model")
+    p.add_argument("--seed", type=int, default=0, help="seed of k-means, models and noise")
+    p.add_argument("--ledger", help="SQLite ledger file to charge (created with the run's "
+                                    "budget if missing)")
+    p.add_argument("--json", action="store_true", help="print the result record")
+    _add_rknn_arguments(p)
+    p.set_defaults(func=_cmd_run_rknn)
+
+    sweep = sub.add_parser("sweep", help="several runs; writes results.jsonl, a plot and a "
+                                         "README")
+    methods = sweep.add_subparsers(dest="method", metavar="METHOD")
+    methods.required = True
+    p = methods.add_parser(
+        "rknn", help="reverse k-NN over epsilons x modes x seeds",
+        description="Runs reverse k-NN for every (seed, mode, epsilon), reusing the "
+                    "representation and queries; each run has its own budget. Writes "
+                    "OUT/results.jsonl, OUT/accuracy.png (paper numbers as stars) and "
+                    "OUT/README.md.")
+    p.add_argument("--epsilons", type=_float_list, required=True,
+                   help="comma-separated target epsilons, e.g. 0.01,0.04,0.1,1")
+    p.add_argument("--modes", type=_mode_list, default=["central"],
+                   help="comma-separated release models (default central)")
+    p.add_argument("--seeds", type=_int_list, default=[0], help="comma-separated seeds")
+    p.add_argument("--resume", action="store_true",
+                   help="keep OUT/results.jsonl and skip the runs already in it")
+    _add_rknn_arguments(p)
+    p.set_defaults(func=_cmd_sweep_rknn, seed=0)
+
+
+def argv_or_default(argv: list[str] | None) -> list[str]:
+    """The argument list ``main`` parses (for recording the command)."""
+    return list(sys.argv[1:] if argv is None else argv)

@@ -1,0 +1,221 @@
+"""Configuration of the reverse k-NN pipeline (paper defaults, a CPU preset, a GPU preset)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+from dpkd_audit import _validate
+from dpkd_audit.data import DatasetName
+from dpkd_audit.pipelines.common.encoder import EncoderConfig
+from dpkd_audit.pipelines.common.representations import RepresentationConfig, RepresentationKind
+from dpkd_audit.pipelines.common.student import StudentConfig
+
+__all__ = [
+    "DEFAULT_SHUFFLE_DELTA",
+    "CentralNoise",
+    "Preset",
+    "ReleaseMode",
+    "RknnConfig",
+]
+
+#: Delta of the shuffle modes when none is given (below 1/n for MNIST's 60,000 records).
+DEFAULT_SHUFFLE_DELTA = 1e-5
+
+
+class ReleaseMode(enum.StrEnum):
+    """How the private vote counts are released (reverse k-NN paper, "Private Mechanisms")."""
+
+    #: A trusted curator adds Laplace noise of L1 sensitivity 2kr to every count (Prop. 1).
+    CENTRAL = "central"
+    #: Every record's client randomizes its answer bits with per-bit epsilon eps/(2kr) (Thm 1).
+    LOCAL_RR = "local-rr"
+    #: Every client sends one Collision report (Wang et al. 2021; paper Def. 5, Thm 2).
+    LOCAL_COLLISION = "local-collision"
+    #: Single-message shuffle: Collision at a larger eps0, amplified by FMT21 to the target.
+    SHUFFLE = "shuffle"
+    #: Multi-message shuffled histogram with distributed discrete-Laplace noise (Ghazi et al.).
+    SHUFFLE_MULTI = "shuffle-multi"
+
+    @property
+    def is_local(self) -> bool:
+        """Local randomizers (no trusted curator, no shuffler)."""
+        return self in (ReleaseMode.LOCAL_RR, ReleaseMode.LOCAL_COLLISION)
+
+    @property
+    def is_shuffle(self) -> bool:
+        """Shuffle-model releases, which are (epsilon, delta)-DP."""
+        return self in (ReleaseMode.SHUFFLE, ReleaseMode.SHUFFLE_MULTI)
+
+
+class CentralNoise(enum.StrEnum):
+    """Noise of the central release."""
+
+    #: Exact discrete Laplace (Canonne-Kamath-Steinke 2020 sampler), the default.
+    DISCRETE = "discrete"
+    #: Textbook floating-point Laplace (subject to Mironov 2012's artefacts).
+    CONTINUOUS = "continuous"
+
+
+class Preset(enum.StrEnum):
+    """Named configurations."""
+
+    #: CPU-sized: hand-made or small learned representation, short student training.
+    SMALL = "small"
+    #: GPU-sized: the paper's s = 40, a longer encoder and student training.
+    PAPER = "paper"
+
+
+def _enum(kind: type[enum.StrEnum], name: str, value: Any) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(f"{name} must be one of {[m.value for m in kind]}; got {value!r}") \
+            from None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RknnConfig:
+    """One reverse k-NN run (paper Algorithm 1 with T = 1).
+
+    Attributes:
+        dataset: Which dataset (the private set is its training split).
+        epsilon: Target epsilon of the whole run (> 0). Central and local modes are pure
+            epsilon-DP; shuffle modes are (epsilon, delta)-DP.
+        delta: Target delta; must be 0 for central/local modes; default
+            :data:`DEFAULT_SHUFFLE_DELTA` for shuffle modes.
+        mode: How the vote counts are released (:class:`ReleaseMode`).
+        clusters: Number of queries s (k-means clusters of the public set).
+        k: Each private record votes into its k nearest queries (1 <= k <= clusters).
+        central_noise: Discrete (default) or continuous Laplace for ``central``.
+        simulate_local: For ``local-rr``, draw the *aggregate* of the clients' reports from its
+            exact law (sums of binomials) instead of randomizing every client; same output
+            distribution (checked by the tests), much less memory for large s.
+        representation: The representation fitted on public data.
+        encoder: Learned-encoder settings (used when ``representation.kind == "encoder"``).
+        student: Student CNN training.
+        soft_labels: Train on the normalised noisy counts of each query (the paper's
+            "soft labeling results") instead of the noisy argmax with label smoothing.
+        public_size: Size of the public split (default: half of the test set).
+        split_seed: Seed of the public / student-test split.
+        seed: Seed of k-means, the encoder and the student (the release noise comes from the
+            injected Generator).
+        preset: Name of the preset the config came from (recorded in results).
+    """
+
+    dataset: DatasetName = DatasetName.MNIST
+    epsilon: float = 0.1
+    delta: float | None = None
+    mode: ReleaseMode = ReleaseMode.CENTRAL
+    clusters: int = 40
+    k: int = 1
+    central_noise: CentralNoise = CentralNoise.DISCRETE
+    simulate_local: bool = False
+    representation: RepresentationConfig = dataclasses.field(
+        default_factory=RepresentationConfig)
+    encoder: EncoderConfig = dataclasses.field(default_factory=EncoderConfig)
+    student: StudentConfig = dataclasses.field(default_factory=StudentConfig.small)
+    soft_labels: bool = False
+    public_size: int | None = None
+    split_seed: int = 0
+    seed: int = 0
+    preset: Preset = Preset.SMALL
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dataset", _enum(DatasetName, "dataset", self.dataset))
+        object.__setattr__(self, "mode", _enum(ReleaseMode, "mode", self.mode))
+        object.__setattr__(self, "central_noise",
+                           _enum(CentralNoise, "central_noise", self.central_noise))
+        object.__setattr__(self, "preset", _enum(Preset, "preset", self.preset))
+        _validate.check_epsilon(self.epsilon)
+        delta = self.delta
+        if delta is None:
+            delta = DEFAULT_SHUFFLE_DELTA if self.mode.is_shuffle else 0.0
+        delta = _validate.check_delta(delta)
+        if self.mode.is_shuffle and delta == 0.0:
+            raise ValueError(f"delta must be in (0, 1) for mode={self.mode.value!r} (shuffle "
+                             f"guarantees are (epsilon, delta)); got {delta!r}")
+        if not self.mode.is_shuffle and delta != 0.0:
+            raise ValueError(f"delta must be 0 for mode={self.mode.value!r} (a pure "
+                             f"epsilon-DP release); got {delta!r}")
+        object.__setattr__(self, "delta", delta)
+        _validate.check_int("clusters", self.clusters, minimum=2)
+        if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
+            raise ValueError(f"k must be an integer >= 1; got {self.k!r}")
+        if self.k > self.clusters:
+            raise ValueError(f"k must be <= clusters={self.clusters} (each record votes into k "
+                             f"distinct queries); got k={self.k}")
+        if self.mode is ReleaseMode.SHUFFLE_MULTI and self.epsilon / self.k < 0.01:
+            raise ValueError(f"epsilon / k must be >= 0.01 for mode='shuffle-multi' (one "
+                             f"shuffled histogram per neighbour rank); got {self.epsilon:g} / "
+                             f"{self.k}")
+        for name in ("simulate_local", "soft_labels"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool; got {getattr(self, name)!r}")
+        if self.simulate_local and self.mode is not ReleaseMode.LOCAL_RR:
+            raise ValueError("simulate_local is only available for mode='local-rr'; got "
+                             f"mode={self.mode.value!r}")
+        for name, kind in (("representation", RepresentationConfig),
+                           ("encoder", EncoderConfig), ("student", StudentConfig)):
+            if not isinstance(getattr(self, name), kind):
+                raise ValueError(f"{name} must be a {kind.__name__}; got "
+                                 f"{type(getattr(self, name)).__name__}")
+        if self.public_size is not None:
+            _validate.check_int("public_size", self.public_size, minimum=1)
+        _validate.check_int("split_seed", self.split_seed, minimum=0)
+        _validate.check_int("seed", self.seed, minimum=0)
+
+    @classmethod
+    def small(cls, **overrides: Any) -> RknnConfig:
+        """CPU preset: a hand-made representation and a short student training.
+
+        MNIST / Fashion-MNIST: deskewed HOG + PCA-50, s = 100 queries. The 8x8 digits (298
+        public images): PCA-40 of the raw pixels, s = 40 (measured best of PCA / HOG /
+        HOG-PCA, with and without deskewing, at s = 10, 20, 40).
+        """
+        digits = _enum(DatasetName, "dataset", overrides.get("dataset", cls.dataset)) \
+            is DatasetName.DIGITS
+        representation = (
+            RepresentationConfig(kind=RepresentationKind.PCA, deskew=False, components=40)
+            if digits else RepresentationConfig(kind=RepresentationKind.HOG_PCA))
+        values: dict[str, Any] = {
+            "clusters": 40 if digits else 100,
+            "representation": representation,
+            "encoder": EncoderConfig(),
+            "student": StudentConfig.small(),
+            "preset": Preset.SMALL,
+        }
+        values.update(overrides)
+        return cls(**values)
+
+    @classmethod
+    def paper(cls, **overrides: Any) -> RknnConfig:
+        """GPU preset: the paper's s = 40, k = 1, a learned encoder and a long student run."""
+        values: dict[str, Any] = {
+            "clusters": 40,
+            "representation": RepresentationConfig(kind=RepresentationKind.ENCODER),
+            "encoder": EncoderConfig.gpu(),
+            "student": StudentConfig.paper(),
+            "preset": Preset.PAPER,
+        }
+        values.update(overrides)
+        return cls(**values)
+
+    @classmethod
+    def preset_config(cls, preset: Preset | str, **overrides: Any) -> RknnConfig:
+        """The named preset with ``overrides``."""
+        preset = _enum(Preset, "preset", preset)
+        return cls.small(**overrides) if preset is Preset.SMALL else cls.paper(**overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dictionary (enums as their values)."""
+        def plain(value: Any) -> Any:
+            if isinstance(value, enum.Enum):
+                return value.value
+            if dataclasses.is_dataclass(value):
+                return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+            if isinstance(value, (tuple, list)):
+                return [plain(v) for v in value]
+            return value
+        return plain(self)

@@ -1,0 +1,332 @@
+"""Reverse k-NN private labelling, end to end (reverse k-NN paper, Algorithm 1 with T = 1).
+
+1. Representation fitted on the public split only; private records are only mapped through it.
+2. Queries: faiss k-means of the public representations (s clusters), medoid queries.
+3. Reverse k-NN: each private record's k nearest queries; label votes.
+4. Private release of the s x |Y| counts (:mod:`dpkd_audit.pipelines.rknn.release`), charged to
+   the ledger before it exists.
+5. Noisy argmax per query; every public sample inherits its cluster's label; a student CNN is
+   trained on the labelled public split and evaluated on the held-out student-test split
+   (last epoch).
+
+Stages 1-3 do not depend on epsilon or the release mode: :func:`prepare` computes them once
+and :func:`run` accepts the result, which is how sweeps reuse them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dpkd_audit import _validate
+from dpkd_audit.accountants import PureAccountant, ShuffleAccountant
+from dpkd_audit.data import Splits, load_dataset, rknn_splits
+from dpkd_audit.events import event_to_json
+from dpkd_audit.ledger import Ledger
+from dpkd_audit.mechanisms.rknn import noisy_argmax
+from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
+from dpkd_audit.pipelines.common.progress import StageTimer
+from dpkd_audit.pipelines.common.representations import fit_representation
+from dpkd_audit.pipelines.common.student import train_student
+from dpkd_audit.pipelines.rknn.config import ReleaseMode, RknnConfig
+from dpkd_audit.pipelines.rknn.queries import Queries, nearest_queries, select_queries
+from dpkd_audit.pipelines.rknn.release import planned_events, release_counts
+
+__all__ = [
+    "Prepared",
+    "RknnResult",
+    "check_clusters",
+    "load_splits",
+    "preparation_key",
+    "prepare",
+    "release_rng",
+    "run",
+]
+
+METHOD = "rknn"
+
+
+def check_clusters(config: RknnConfig, public_size: int) -> None:
+    """Raise ``ValueError`` unless ``config.clusters`` <= the public set size."""
+    if config.clusters > public_size:
+        raise ValueError(f"clusters must be <= the public set size {public_size} of "
+                         f"{config.dataset.value}; got clusters={config.clusters}")
+
+
+def load_splits(config: RknnConfig, *, data_dir: str | os.PathLike | None = None) -> Splits:
+    """Load the dataset and split it; check that ``clusters`` fits the public set."""
+    dataset = load_dataset(config.dataset, data_dir=data_dir)
+    splits = rknn_splits(dataset, seed=config.split_seed, public_size=config.public_size)
+    check_clusters(config, splits.public_indices.size)
+    return splits
+
+
+def release_rng(config: RknnConfig) -> np.random.Generator:
+    """The release Generator of a config: a function of (seed, mode, epsilon) only.
+
+    ``dpkd run`` and ``dpkd sweep`` use it, so a sweep point reruns identically on its own.
+    """
+    epsilon_bits = int(np.float64(config.epsilon).view(np.uint64))
+    mode_index = list(ReleaseMode).index(config.mode)
+    return np.random.default_rng([config.seed, mode_index, epsilon_bits])
+
+
+def preparation_key(config: RknnConfig) -> tuple[Any, ...]:
+    """What stages 1-3 depend on: dataset, split, seed, representation, encoder, s, k."""
+    return (config.dataset, config.public_size, config.split_seed, config.seed,
+            config.representation, config.encoder, config.clusters, config.k)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class Prepared:
+    """Stages 1-3: representation, queries and reverse k-NN neighbours (no privacy spent).
+
+    Attributes:
+        key: What these stages depend on (dataset, split, seed, representation, s, k).
+        splits: The data split.
+        queries: The medoid queries and the public clusters.
+        neighbours: ``(n_private, k)`` nearest queries of every private record.
+        seconds: Seconds per stage.
+        device: Description of the torch device used.
+    """
+
+    key: tuple[Any, ...]
+    splits: Splits
+    queries: Queries
+    neighbours: np.ndarray
+    seconds: dict[str, float]
+    device: str
+
+
+def prepare(config: RknnConfig, *, device: torch.device | str | None = None,
+            data_dir: str | os.PathLike | None = None, splits: Splits | None = None,
+            progress: bool = False) -> Prepared:
+    """Representation (public data only), queries and reverse k-NN neighbours.
+
+    Args:
+        config: The run configuration.
+        device: Torch device for the learned encoder ("cpu", "cuda", ...).
+        data_dir: Where to look for the dataset files.
+        splits: Already loaded splits (from :func:`load_splits`), to skip loading.
+        progress: Progress bars and stage messages on stderr.
+    """
+    torch_device = resolve_device(device)
+    timer = StageTimer(verbose=progress)
+    with timer.stage("data"):
+        splits = splits if splits is not None else load_splits(config, data_dir=data_dir)
+    with timer.stage("representation"):
+        # The fit sees the public images and nothing else (tested).
+        representation = fit_representation(
+            config.representation, splits.public_images, seed=config.seed,
+            device=torch_device, encoder=config.encoder, progress=progress)
+        public = representation.transform(splits.public_images)
+        private = representation.transform(splits.private_images)
+    with timer.stage("queries"):
+        queries = select_queries(public, config.clusters, seed=config.seed)
+    with timer.stage("reverse k-NN"):
+        neighbours = nearest_queries(queries.features, private, config.k)
+    return Prepared(key=preparation_key(config), splits=splits, queries=queries,
+                    neighbours=neighbours, seconds=dict(timer.seconds),
+                    device=describe_device(torch_device))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class RknnResult:
+    """What one run measured and spent (see :meth:`to_record` for the JSON form).
+
+    Attributes:
+        config: The configuration.
+        test_accuracy: Student accuracy on the student-test split, last epoch.
+        test_accuracy_per_epoch: For learning-curve plots only (never for selection).
+        label_accuracy: Share of public samples whose inherited label is right.
+        label_accuracy_without_noise: The same with the exact counts (cluster purity bound).
+        query_accuracy: Share of queries whose released label equals the exact vote argmax.
+        epsilon_published: The epsilon the paper's analysis states for this release.
+        epsilon_record_level: What the ledger's accountant proves at record level for this
+            run's charges (equal here: the representation never saw private data).
+        delta: Delta of both epsilons.
+        local_epsilon: The clients' local epsilon (local and shuffle modes).
+        mechanisms: Mechanism descriptions.
+        charges: ``[{"label", "event"}]`` of this run's ledger charges.
+        seconds: Seconds per stage, plus ``total``.
+        device: Torch device description.
+        sizes: Number of private, public and student-test records.
+    """
+
+    config: RknnConfig
+    test_accuracy: float
+    test_accuracy_per_epoch: tuple[float, ...]
+    label_accuracy: float
+    label_accuracy_without_noise: float
+    query_accuracy: float
+    epsilon_published: float
+    epsilon_record_level: float
+    delta: float
+    local_epsilon: float | None
+    mechanisms: tuple[str, ...]
+    charges: tuple[dict[str, Any], ...]
+    seconds: dict[str, float]
+    device: str
+    sizes: dict[str, int]
+
+    def to_record(self, *, command: str | None = None) -> dict[str, Any]:
+        """The JSON result record (``result.json`` / one line of ``results.jsonl``)."""
+        cfg = self.config
+        record_level = self.epsilon_record_level
+        return {
+            "method": METHOD,
+            "dataset": cfg.dataset.value,
+            "mode": cfg.mode.value,
+            "epsilon": cfg.epsilon,
+            "delta": self.delta,
+            "test_accuracy": self.test_accuracy,
+            "label_accuracy": self.label_accuracy,
+            "label_accuracy_without_noise": self.label_accuracy_without_noise,
+            "query_accuracy": self.query_accuracy,
+            "epsilon_published": self.epsilon_published,
+            "epsilon_record_level": record_level if math.isfinite(record_level) else None,
+            "record_level_note": (
+                "pure epsilon-DP at record level: the representation was fitted on public "
+                "data only and each record votes into k queries (L1 sensitivity 2k)"
+                if not cfg.mode.is_shuffle else
+                "(epsilon, delta)-DP at record level in the shuffle model (one record per "
+                "client); the representation was fitted on public data only"),
+            "local_epsilon": self.local_epsilon,
+            "clusters": cfg.clusters,
+            "k": cfg.k,
+            "representation": cfg.representation.kind.value,
+            "preset": cfg.preset.value,
+            "seed": cfg.seed,
+            "device": self.device,
+            "mechanisms": list(self.mechanisms),
+            "charges": list(self.charges),
+            "seconds": self.seconds,
+            "sizes": self.sizes,
+            "test_accuracy_per_epoch": list(self.test_accuracy_per_epoch),
+            "config": cfg.to_dict(),
+            "command": command,
+            "environment": {"python": platform.python_version(), "torch": torch.__version__,
+                            "numpy": np.__version__, "platform": platform.platform()},
+        }
+
+
+def _record_level_epsilon(config: RknnConfig, events: tuple[Any, ...]) -> float:
+    accountant = (ShuffleAccountant(config.delta) if config.mode is ReleaseMode.SHUFFLE
+                  else PureAccountant())
+    for event in events:
+        accountant.compose(event)
+    return float(accountant.get_epsilon(config.delta))
+
+
+def _targets(estimated: np.ndarray, query_labels: np.ndarray, assignment: np.ndarray,
+             *, soft: bool) -> np.ndarray:
+    if not soft:
+        return query_labels[assignment]
+    clipped = np.clip(estimated, 0.0, None)
+    totals = clipped.sum(axis=1, keepdims=True)
+    uniform = np.full_like(clipped, 1.0 / clipped.shape[1])
+    soft_rows = np.where(totals > 0, clipped / np.where(totals > 0, totals, 1.0), uniform)
+    return soft_rows[assignment].astype(np.float32)
+
+
+def run(config: RknnConfig, *, ledger: Ledger, rng: np.random.Generator,
+        device: torch.device | str | None = None, data_dir: str | os.PathLike | None = None,
+        prepared: Prepared | None = None, progress: bool = False) -> RknnResult:
+    """Run reverse k-NN labelling and the student; the release is charged to ``ledger``.
+
+    Checks (before any work): the config, the dataset files, ``clusters`` against the public
+    set size, the device, and that the ledger can pay for the planned release.
+
+    Args:
+        config: The run configuration.
+        ledger: Budget filter charged for the release (see
+            :func:`~dpkd_audit.pipelines.rknn.release.ledger_for` for one that fits the mode).
+        rng: Generator of the release noise and of tie-breaking.
+        device: Torch device ("cpu", "cuda", "cuda:N", "auto").
+        data_dir: Where to look for MNIST / Fashion-MNIST files.
+        prepared: Stages 1-3 from :func:`prepare` with the same dataset, split, seed,
+            representation, s and k (e.g. in a sweep over epsilon or mode).
+        progress: Progress bars and stage messages on stderr.
+
+    Raises:
+        ValueError: For bad arguments or a ``prepared`` that does not match ``config``.
+        DatasetNotFoundError: If the dataset files are missing.
+        BudgetExceededError: If the ledger cannot pay for the release (before any work).
+    """
+    if not isinstance(config, RknnConfig):
+        raise ValueError(f"config must be an RknnConfig; got {type(config).__name__}")
+    if not isinstance(ledger, Ledger):
+        raise ValueError(f"ledger must be a dpkd_audit Ledger; got {type(ledger).__name__}")
+    rng = _validate.check_generator(rng)
+    torch_device = resolve_device(device)
+    timer = StageTimer(verbose=progress)
+    if prepared is not None:
+        if not isinstance(prepared, Prepared) or prepared.key != preparation_key(config):
+            raise ValueError("prepared must come from prepare() with the same dataset, split, "
+                             "seed, representation, clusters and k as config")
+        splits = prepared.splits
+    else:
+        with timer.stage("data"):
+            splits = load_splits(config, data_dir=data_dir)
+    num_classes = splits.dataset.num_classes
+    num_private = splits.private_indices.size
+    ledger.check(planned_events(config, num_private=num_private, num_classes=num_classes),
+                 label=f"planned reverse k-NN release ({config.mode.value})")
+    if prepared is None:
+        prepared = prepare(config, device=torch_device, splits=splits, progress=progress)
+        timer.seconds.update({k: v for k, v in prepared.seconds.items() if k != "data"})
+    charged_before = len(ledger.charges())
+    with timer.stage("release"):
+        released = release_counts(prepared.neighbours, splits.private_labels, config=config,
+                                  num_classes=num_classes, ledger=ledger, rng=rng,
+                                  progress=progress)
+    with timer.stage("labels"):
+        query_labels = noisy_argmax(released.estimated, rng=rng)
+        clean_labels = np.argmax(released.true_counts, axis=1)
+        assignment = prepared.queries.assignment
+        public_truth = splits.public_labels
+        label_accuracy = float(np.mean(query_labels[assignment] == public_truth))
+        clean_accuracy = float(np.mean(clean_labels[assignment] == public_truth))
+        query_accuracy = float(np.mean(query_labels == clean_labels))
+        targets = _targets(released.estimated, query_labels, assignment,
+                           soft=config.soft_labels)
+    with timer.stage("student"):
+        student = train_student(splits.public_images, targets, num_classes=num_classes,
+                                test_images=splits.student_test_images,
+                                test_labels=splits.student_test_labels, config=config.student,
+                                seed=config.seed, device=torch_device, progress=progress)
+    seconds = dict(timer.seconds)
+    seconds["total"] = sum(seconds.values())
+    return RknnResult(
+        config=config,
+        test_accuracy=float(student.test_accuracy),
+        test_accuracy_per_epoch=tuple(float(a) for a in student.test_accuracy_per_epoch),
+        label_accuracy=label_accuracy,
+        label_accuracy_without_noise=clean_accuracy,
+        query_accuracy=query_accuracy,
+        epsilon_published=config.epsilon,
+        epsilon_record_level=_record_level_epsilon(config, released.events),
+        delta=config.delta,
+        local_epsilon=released.local_epsilon,
+        mechanisms=released.mechanisms,
+        charges=tuple({"seq": c.seq, "label": c.label, "event": json.loads(event_to_json(c.event))}
+                      for c in ledger.charges()[charged_before:]),
+        seconds={k: round(v, 3) for k, v in seconds.items()},
+        device=describe_device(torch_device),
+        sizes={"private": num_private, "public": int(splits.public_indices.size),
+               "student_test": int(splits.student_test_indices.size)},
+    )
+
+
+def command_line() -> str:
+    """The command line of this process (for records)."""
+    return " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])

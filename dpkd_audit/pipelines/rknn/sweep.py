@@ -1,0 +1,88 @@
+"""Several reverse k-NN runs (epsilons x modes x seeds) that share their private-free stages.
+
+Each run is a separate experiment with its own budget (a fresh ledger from
+:func:`~dpkd_audit.pipelines.rknn.release.ledger_for`): releasing all of them on the same
+private data would compose, which the sweep's README says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from dpkd_audit import _validate
+from dpkd_audit.pipelines.rknn.config import ReleaseMode, RknnConfig
+from dpkd_audit.pipelines.rknn.pipeline import (
+    Prepared,
+    RknnResult,
+    check_clusters,
+    load_splits,
+    preparation_key,
+    prepare,
+    release_rng,
+    run,
+)
+from dpkd_audit.pipelines.rknn.release import ledger_for
+
+__all__ = ["sweep", "sweep_configs"]
+
+
+def sweep_configs(base: RknnConfig, *, epsilons: Sequence[float],
+                  modes: Sequence[ReleaseMode | str], seeds: Sequence[int]) -> list[RknnConfig]:
+    """The grid of configs, seed-major (so that stages 1-3 are prepared once per seed).
+
+    Delta is kept when given explicitly for shuffle modes and reset to each mode's default
+    otherwise.
+
+    Raises:
+        ValueError: For an empty or invalid list.
+    """
+    if not epsilons or not modes or not seeds:
+        raise ValueError("epsilons, modes and seeds must each hold at least one value")
+    configs = []
+    for seed in seeds:
+        _validate.check_int("seed", seed, minimum=0)
+        for mode in modes:
+            for eps in epsilons:
+                config = dataclasses.replace(base, epsilon=eps, mode=mode, seed=seed,
+                                             delta=None)
+                if base.mode.is_shuffle and config.mode.is_shuffle:
+                    config = dataclasses.replace(config, delta=base.delta)
+                configs.append(config)
+    return configs
+
+
+def sweep(configs: Sequence[RknnConfig], *, device: torch.device | str | None = None,
+          data_dir: str | os.PathLike | None = None,
+          progress: bool = False) -> Iterator[RknnResult]:
+    """Run ``configs`` in order, yielding each result as soon as it exists.
+
+    Stages 1-3 (:func:`~dpkd_audit.pipelines.rknn.pipeline.prepare`) are computed once per
+    distinct (dataset, split, seed, representation, s, k) and reused; every run gets its own
+    ledger and its own release Generator
+    (:func:`~dpkd_audit.pipelines.rknn.pipeline.release_rng`, a function of the config alone,
+    so one point reruns identically with ``dpkd run``). All configs are validated
+    and the dataset files found before the first run starts.
+    """
+    configs = list(configs)
+    if not configs or not all(isinstance(c, RknnConfig) for c in configs):
+        raise ValueError("configs must be a non-empty sequence of RknnConfig")
+    splits_cache = {}
+    for config in configs:  # fail early: missing files, clusters > public size
+        key = (config.dataset, config.public_size, config.split_seed)
+        if key not in splits_cache:
+            splits_cache[key] = load_splits(config, data_dir=data_dir)
+        else:
+            check_clusters(config, splits_cache[key].public_indices.size)
+    prepared: dict[tuple[object, ...], Prepared] = {}
+    for config in configs:
+        splits = splits_cache[(config.dataset, config.public_size, config.split_seed)]
+        key = preparation_key(config)
+        if key not in prepared:
+            prepared.clear()  # keep one preparation in memory at a time
+            prepared[key] = prepare(config, device=device, splits=splits, progress=progress)
+        yield run(config, ledger=ledger_for(config), rng=release_rng(config), device=device,
+                  prepared=prepared[key], progress=progress)

@@ -1,0 +1,346 @@
+"""Accuracy-versus-epsilon reports: loading, validation, Markdown and plots from records only."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dpkd_audit.reports import (
+    PAPER_REFERENCES,
+    REQUIRED_KEYS,
+    TABLE_COLUMNS,
+    Metric,
+    PaperReference,
+    accuracy_figure,
+    load_records,
+    markdown_table,
+    plot_accuracy,
+    references_for,
+    sweep_readme,
+    validate_record,
+)
+
+DEVICE = "cpu (2 threads)"
+
+
+def _record(epsilon, accuracy, *, seed=0, mode="central", method="rknn", dataset="mnist",
+            **extra):
+    record = {"method": method, "dataset": dataset, "mode": mode, "epsilon": epsilon,
+              "test_accuracy": accuracy, "label_accuracy": accuracy - 0.01,
+              "epsilon_published": epsilon, "epsilon_record_level": epsilon, "delta": 0.0,
+              "clusters": 40, "k": 1, "representation": "hog-pca", "seed": seed,
+              "device": DEVICE, "preset": "small", "seconds": {"representation": 3.1,
+                                                               "total": 10.0 + seed},
+              "command": "dpkd run rknn ..."}
+    record.update(extra)
+    return record
+
+
+def _sweep():
+    """Central: 3 epsilons x 2 seeds; local-collision: 2 epsilons x 1 seed."""
+    records = [_record(eps, acc + 0.002 * seed, seed=seed)
+               for eps, acc in [(0.04, 0.95), (0.1, 0.97), (1.0, 0.98)] for seed in (0, 1)]
+    records += [_record(eps, acc, mode="local-collision", clusters=10)
+                for eps, acc in [(0.4, 0.90), (1.0, 0.93)]]
+    return records
+
+
+def _write_jsonl(path, records, *, extra_lines=()):
+    lines = [json.dumps(r) for r in records] + list(extra_lines)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _legend(fig):
+    return [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+
+
+# --- loading and validation ------------------------------------------------------------------
+
+def test_load_records_reads_jsonl_and_json_in_order(tmp_path):
+    records = _sweep()
+    jsonl = _write_jsonl(tmp_path / "results.jsonl", records[:3], extra_lines=["", "  "])
+    single = tmp_path / "run.json"
+    single.write_text(json.dumps(records[3], indent=2), encoding="utf-8")
+    loaded = load_records([jsonl, single])
+    assert loaded == records[:4]
+    assert load_records(str(jsonl)) == records[:3]
+
+
+def test_malformed_json_line_names_file_and_line(tmp_path):
+    path = _write_jsonl(tmp_path / "results.jsonl", _sweep()[:2], extra_lines=['{"method": '])
+    with pytest.raises(ValueError, match=r"results\.jsonl:3: malformed JSON"):
+        load_records(path)
+
+
+def test_malformed_json_file_names_file_and_line(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text('{\n  "method": "rknn",\n  oops\n}', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"run\.json:3: malformed JSON"):
+        load_records(path)
+
+
+def test_missing_required_key_names_file_line_and_key(tmp_path):
+    bad = _record(0.1, 0.9)
+    del bad["epsilon"], bad["mode"]
+    path = _write_jsonl(tmp_path / "results.jsonl", [_record(0.1, 0.9), bad])
+    with pytest.raises(ValueError, match=r"results\.jsonl:2: .*'mode', 'epsilon'"):
+        load_records(path)
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("test_accuracy", 98.1, "test_accuracy must be a real number in \\[0, 1\\]; got 98.1"),
+    ("epsilon", 0, "epsilon must be a real number > 0"),
+    ("epsilon", "inf", "epsilon must be"),
+    ("label_accuracy", -0.5, "label_accuracy must be"),
+    ("epsilon_record_level", "lots", "epsilon_record_level must be"),
+    ("delta", 1.5, "delta must be"),
+    ("clusters", 0, "clusters must be an integer >= 1"),
+    ("method", "", "method must be a non-empty string"),
+    ("seconds", {"total": -1}, "seconds\\['total'\\] must be"),
+])
+def test_out_of_range_values_are_refused_with_the_key(tmp_path, key, value, message):
+    record = _record(0.1, 0.9)
+    record[key] = value
+    path = _write_jsonl(tmp_path / "r.jsonl", [record])
+    with pytest.raises(ValueError, match=r"r\.jsonl:1: " + message):
+        load_records(path)
+
+
+def test_line_that_is_not_an_object_is_refused(tmp_path):
+    path = _write_jsonl(tmp_path / "r.jsonl", [], extra_lines=["[1, 2]"])
+    with pytest.raises(ValueError, match=r"r\.jsonl:1: a record must be a JSON object"):
+        load_records(path)
+
+
+def test_load_records_file_errors(tmp_path):
+    with pytest.raises(ValueError, match=r"suffix '\.txt'"):
+        load_records(tmp_path / "results.txt")
+    with pytest.raises(FileNotFoundError, match=r"nothing\.jsonl"):
+        load_records(tmp_path / "nothing.jsonl")
+    with pytest.raises(ValueError, match="at least one"):
+        load_records([])
+    (tmp_path / "empty.jsonl").write_text("\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="no records"):
+        load_records(tmp_path / "empty.jsonl")
+
+
+def test_validate_record_accepts_minimal_records_and_infinite_record_level():
+    minimal = {key: value for key, value in _record(0.1, 0.9).items() if key in REQUIRED_KEYS}
+    assert validate_record(minimal) is minimal
+    for value in (None, "inf", "Infinity", math.inf):
+        validate_record(_record(0.1, 0.9, epsilon_record_level=value))
+    with pytest.raises(ValueError, match=r"^results: record is missing"):
+        validate_record({"method": "rknn"}, where="results")
+
+
+# --- Markdown --------------------------------------------------------------------------------
+
+def _rows(table):
+    lines = table.splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [dict(zip(header, [c.strip() for c in line.strip("|").split("|")], strict=True))
+            for line in lines[2:]]
+
+
+def test_markdown_table_aggregates_seeds_and_rounds():
+    table = markdown_table(_sweep())
+    lines = table.splitlines()
+    assert lines[0] == "| " + " | ".join(TABLE_COLUMNS) + " |"
+    rows = _rows(table)
+    assert len(rows) == 5  # 3 central epsilons (2 seeds each) + 2 local-collision
+    first = rows[0]
+    assert (first["mode"], first["target eps"], first["s"], first["k"]) == ("central", "0.04",
+                                                                            "40", "1")
+    assert first["runs"] == "2 (seeds 0, 1)"
+    assert first["test acc (%)"] == "95.10 (95.00–95.20)"
+    assert first["label acc (%)"] == "94.10 (94.00–94.20)"
+    assert first["seconds"] == "10.5"  # mean of the totals 10 and 11
+    assert first["device"] == DEVICE and first["setup"] == "hog-pca / small"
+    assert first["delta"] == "0"
+    single = rows[3]
+    assert single["mode"] == "local-collision" and single["runs"] == "1 (seed 0)"
+    assert single["test acc (%)"] == "90.00"
+
+
+def test_markdown_table_reference_column():
+    rows = _rows(markdown_table(_sweep()))
+    by_key = {(r["mode"], r["target eps"]): r["paper test acc (%)"] for r in rows}
+    assert by_key[("central", "0.1")] == "99.10 (s=40)"
+    assert by_key[("central", "0.04")] == "98.60 (s=40)"
+    assert by_key[("central", "1")] == "-"
+    assert by_key[("local-collision", "0.4")] == "98.50 (s=10)"
+    custom = PaperReference(method="rknn", dataset="mnist", mode="central", epsilon=1.0,
+                            test_accuracy=0.5, source="made up for the test")
+    rows = _rows(markdown_table(_sweep(), references=[custom]))
+    assert [r["paper test acc (%)"] for r in rows] == ["-", "-", "50.00", "-", "-"]
+
+
+def test_markdown_table_infinite_and_missing_epsilons():
+    records = [_record(0.1, 0.9, epsilon_record_level=None, seed=0),
+               _record(0.2, 0.9, epsilon_record_level="inf"),
+               _record(0.3, 0.9, epsilon_record_level=math.inf),
+               _record(0.4, 0.9, epsilon_published=None, delta=1e-5)]
+    del records[3]["epsilon_record_level"]
+    rows = _rows(markdown_table(records))
+    assert [r["record-level eps"] for r in rows] == ["∞ (not DP)"] * 3 + ["-"]
+    assert rows[3]["published eps"] == "-" and rows[3]["delta"] == "1e-05"
+    # A record-level epsilon that differs over seeds lists both values.
+    mixed = [_record(0.1, 0.9, seed=0), _record(0.1, 0.9, seed=1, epsilon_record_level=None)]
+    assert _rows(markdown_table(mixed))[0]["record-level eps"] == "0.1, ∞ (not DP)"
+    # Values written by json (Infinity) survive a round trip.
+    assert json.loads(json.dumps(records[2]))["epsilon_record_level"] == math.inf
+
+
+def test_markdown_table_is_deterministic_and_separates_setups():
+    records = [*_sweep(), _record(0.1, 0.99, clusters=100)]
+    shuffled = list(records)
+    random.Random(3).shuffle(shuffled)
+    assert markdown_table(shuffled) == markdown_table(records)
+    rows = [r for r in _rows(markdown_table(records))
+            if r["mode"] == "central" and r["target eps"] == "0.1"]
+    assert [(r["s"], r["test acc (%)"]) for r in rows] == [("40", "97.10 (97.00–97.20)"),
+                                                           ("100", "99.00")]
+
+
+def test_markdown_table_refuses_bad_input():
+    with pytest.raises(ValueError, match="records must not be empty"):
+        markdown_table([])
+    with pytest.raises(ValueError, match=r"records\[1\]: .*missing required key"):
+        markdown_table([_record(0.1, 0.9), {"method": "rknn"}])
+    with pytest.raises(ValueError, match="references"):
+        markdown_table(_sweep(), references=["not a reference"])
+
+
+def test_sweep_readme_has_title_command_device_plot_and_table():
+    command = "dpkd sweep rknn --dataset mnist --epsilons 0.04 0.1 1 --seeds 0 1"
+    page = sweep_readme(_sweep(), command=command, title="Reverse k-NN on MNIST",
+                        plot_name="accuracy.png")
+    assert page.startswith("# Reverse k-NN on MNIST\n")
+    assert f"```bash\n{command}\n```" in page
+    assert f"Device: `{DEVICE}`." in page
+    assert "![Accuracy versus epsilon](accuracy.png)" in page
+    assert markdown_table(_sweep()) in page
+    assert "## Paper references" in page and "Table 1" in page
+    assert "dpdfd" not in page  # only the references of the records' methods are listed
+    assert "![" not in sweep_readme(_sweep(), command="x", title="t", plot_name=None)
+    mixed = [*_sweep(), _record(0.1, 0.9, device="cuda (NVIDIA H100)")]
+    assert "Devices: `cpu (2 threads)`, `cuda (NVIDIA H100)`." in sweep_readme(
+        mixed, command="x", title="t")
+
+
+def test_sweep_readme_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="plot_name must be a relative path"):
+        sweep_readme(_sweep(), command="x", title="t", plot_name="/tmp/a.png")
+    with pytest.raises(ValueError, match="command must be a non-empty string"):
+        sweep_readme(_sweep(), command=" ", title="t")
+
+
+# --- plots -----------------------------------------------------------------------------------
+
+def test_figure_has_one_series_per_group_and_paper_stars():
+    fig = accuracy_figure(_sweep())
+    ax = fig.axes[0]
+    assert _legend(fig) == ["rknn mnist central", "rknn mnist local-collision",
+                            "paper: rknn mnist central", "paper: rknn mnist local-collision"]
+    assert ax.get_xscale() == "log"
+    stars = [line for line in ax.lines if line.get_marker() == "*"]
+    assert len(stars) == 2
+    assert all(line.get_markerfacecolor() == "none" for line in stars)
+    central_paper = next(line for line in stars if line.get_label().endswith("central"))
+    np.testing.assert_allclose(central_paper.get_xdata(), [0.01, 0.04, 0.1])
+    np.testing.assert_allclose(central_paper.get_ydata(), [98.5, 98.6, 99.1])
+    # Central runs: mean over the two seeds in %, sorted by epsilon, with min-max error bars.
+    central = next(c for c in ax.containers if c.get_label() == "rknn mnist central")
+    data_line = central.lines[0]
+    np.testing.assert_allclose(np.asarray(data_line.get_xdata(), float), [0.04, 0.1, 1.0])
+    np.testing.assert_allclose(np.asarray(data_line.get_ydata(), float), [95.1, 97.1, 98.1])
+    assert central.has_yerr
+    assert any(DEVICE in t.get_text() for t in fig.texts)
+
+
+def test_figure_options_label_accuracy_references_and_metric():
+    fig = accuracy_figure(_sweep(), references=[], show_label_accuracy=True, title="custom")
+    assert _legend(fig) == ["rknn mnist central", "rknn mnist central (label acc)",
+                            "rknn mnist local-collision",
+                            "rknn mnist local-collision (label acc)"]
+    assert fig.axes[0].get_title() == "custom"
+    dashed = [c for c in fig.axes[0].containers if c.get_label().endswith("(label acc)")]
+    assert dashed and dashed[0].lines[0].get_linestyle() == "--"
+    fig = accuracy_figure(_sweep(), metric="label_accuracy")
+    # Only the central references publish a label accuracy.
+    assert _legend(fig)[-1] == "paper: rknn mnist central"
+    assert "label accuracy (%)" == fig.axes[0].get_ylabel()
+    varied = [*_sweep(), _record(0.1, 0.99, clusters=100)]
+    assert "rknn mnist central [s=100]" in _legend(accuracy_figure(varied, references=[]))
+    with pytest.raises(ValueError, match="metric must be one of"):
+        accuracy_figure(_sweep(), metric="accuracy")
+    assert Metric.parse("label-accuracy") is Metric.LABEL_ACCURACY
+
+
+def test_figure_refuses_when_nothing_can_be_drawn():
+    records = [_record(0.1, 0.9, label_accuracy_without_noise=None)]
+    with pytest.raises(ValueError, match="no record and no reference"):
+        accuracy_figure(records, metric=Metric.LABEL_ACCURACY_WITHOUT_NOISE)
+    with pytest.raises(ValueError, match="records must not be empty"):
+        accuracy_figure([])
+
+
+def test_plot_accuracy_writes_a_png(tmp_path):
+    path = plot_accuracy(_sweep(), tmp_path / "sub" / "accuracy.png", show_label_accuracy=True)
+    data = path.read_bytes()
+    assert path == tmp_path / "sub" / "accuracy.png"
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    with pytest.raises(ValueError, match=r"path must end in \.png"):
+        plot_accuracy(_sweep(), tmp_path / "accuracy.pdf")
+
+
+# --- references ------------------------------------------------------------------------------
+
+def test_every_reference_is_sane_and_cited():
+    assert len(PAPER_REFERENCES) >= 12
+    for ref in PAPER_REFERENCES:
+        assert ref.source.strip() and any(w in ref.source for w in ("Table", "Figure"))
+        assert ref.method in {"rknn", "dpdfd", "dgd"}
+        assert ref.dataset in {"mnist", "fashion-mnist"}
+        assert 0.5 < ref.test_accuracy <= 1.0 and 0 < ref.epsilon <= 10
+        assert ref.label_accuracy is None or 0.5 < ref.label_accuracy <= ref.test_accuracy
+        assert ref.delta is None or 0 <= ref.delta < 1e-3
+    keys = [(r.method, r.dataset, r.mode, r.epsilon, r.clusters) for r in PAPER_REFERENCES]
+    assert len(set(keys)) == len(keys)
+
+
+def test_references_for_filters_and_sorts():
+    rknn = references_for("rknn", "MNIST")
+    assert [(r.mode, r.epsilon) for r in rknn] == [("central", 0.01), ("central", 0.04),
+                                                   ("central", 0.1), ("local-collision", 0.4)]
+    assert [r.epsilon for r in references_for("dgd", "fashion-mnist")] == [1.0, 10.0]
+    assert len(references_for("dpdfd", "mnist", mode="published")) == 2
+    assert references_for("rknn", "cifar10") == ()
+
+
+def test_paper_reference_validates():
+    with pytest.raises(ValueError, match="test_accuracy must be a real number in \\(0, 1\\]"):
+        PaperReference(method="x", dataset="y", mode="z", epsilon=1.0, test_accuracy=99.1,
+                       source="s")
+    with pytest.raises(ValueError, match="source must be a non-empty string"):
+        PaperReference(method="x", dataset="y", mode="z", epsilon=1.0, test_accuracy=0.9,
+                       source="")
+    with pytest.raises(ValueError, match="epsilon"):
+        PaperReference(method="x", dataset="y", mode="z", epsilon=-1.0, test_accuracy=0.9,
+                       source="s")
+
+
+def test_reports_import_neither_torch_nor_pipelines():
+    code = ("import sys; import dpkd_audit.reports; "
+            "print('torch' in sys.modules, any(m.startswith('dpkd_audit.pipelines') "
+            "for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "False False"
