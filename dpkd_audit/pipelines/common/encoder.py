@@ -11,23 +11,26 @@ Method (Chen, Kornblith, Norouzi, Hinton, "A Simple Framework for Contrastive Le
 Representations", ICML 2020): two random augmentations of every image in a batch of ``B`` images
 give ``2B`` views; a CNN backbone and an MLP projection head map them to unit vectors ``z``; the
 NT-Xent loss (their Eq. 1) is the cross-entropy of each view's positive partner among the other
-``2B - 1`` views with logits ``z_i . z_j / temperature``. The representation is the backbone's
-(pre-projection) feature vector, L2-normalised (Section 4.2 of the paper: the layer before the
-head is the better representation).
+``2B - 1`` views with logits ``z_i . z_j / temperature``. By default the representation is the
+backbone's (pre-projection) feature vector, L2-normalised (their Section 4.2: the layer before
+the head is the better representation for linear evaluation); :class:`FeatureLayer` selects the
+projection head's output instead, which clustered MNIST slightly better in our measurements.
 
 Augmentations, in torch on the training device (one ``grid_sample`` per batch): a random affine
-map (rotation, anisotropic scale, shear, shift), an optional smooth elastic displacement
-(Simard, Steinkraus, Platt, ICDAR 2003: a random displacement field, here drawn on a coarse grid
-and bilinearly upsampled), random stroke thickness (grey-scale dilation or erosion, mixed in
-with a random weight), random erasing of a rectangle (Zhong et al., AAAI 2020) and random
-contrast. All randomness comes from ``torch.Generator`` objects seeded from ``seed`` (also the
-weight initialisation: the modules are built on the ``meta`` device and initialised with a seeded
-generator, so the global RNG is never read or advanced).
+map (rotation, anisotropic zoom, shear, shift), a smooth elastic displacement (Simard,
+Steinkraus, Platt, ICDAR 2003; here a Gaussian displacement field drawn on a coarse grid and
+bicubically upsampled), random stroke thickness (grey-scale 3x3 dilation or erosion, mixed in
+with a random weight), optional random erasing of a rectangle (Zhong et al., AAAI 2020; off by
+default: it deletes strokes that tell digits apart and lowered MNIST purity) and a random
+intensity gain. All randomness comes from ``torch.Generator`` objects seeded from ``seed``,
+weight initialisation included: the modules are built on the ``meta`` device and initialised
+with a seeded generator, so the global RNG is never read or advanced.
 
 Optional fixed preprocessing (used for training and :meth:`FittedEncoder.transform` alike):
 moment-based deskewing, a per-image shear ``x -> x + alpha (y - m_y)`` with
-``alpha = cov(x, y) / var(y)`` that also moves the intensity centroid to the image centre (the
-classic MNIST "deskewing" of LeCun et al. 1998's preprocessed variants). Nothing is fitted.
+``alpha = cov(x, y) / var(y)`` from the image's second moments, which also moves the intensity
+centroid to the image centre (the classic MNIST deskewing preprocessing, LeCun et al. 1998).
+Nothing is fitted.
 """
 
 from __future__ import annotations
@@ -119,21 +122,21 @@ class EncoderConfig:
     projection_dim: int = 64
     features: FeatureLayer = FeatureLayer.BACKBONE
     epochs: int = 60
-    batch_size: int = 256
+    batch_size: int = 128
     learning_rate: float = 2e-3
     weight_decay: float = 1e-4
     warmup_epochs: int = 2
-    temperature: float = 0.2
+    temperature: float = 0.5
     deskew: bool = True
     rotation_degrees: float = 12.0
     scale_range: tuple[float, float] = (0.85, 1.2)
     aspect_jitter: float = 0.1
     shear: float = 0.15
     shift_fraction: float = 0.08
-    elastic_strength: float = 0.0
+    elastic_strength: float = 0.05
     elastic_grid: int = 4
     thickness_probability: float = 0.5
-    erase_probability: float = 0.5
+    erase_probability: float = 0.0
     erase_max_area: float = 0.2
     contrast_range: tuple[float, float] = (0.6, 1.0)
 
@@ -154,8 +157,7 @@ class EncoderConfig:
         if not isinstance(self.deskew, bool):
             raise ValueError(f"deskew must be a bool; got {self.deskew!r}")
         _check_nonnegative("rotation_degrees", self.rotation_degrees, maximum=180.0)
-        object.__setattr__(self, "scale_range", self._range("scale_range", self.scale_range,
-                                                            positive=True))
+        object.__setattr__(self, "scale_range", self._range("scale_range", self.scale_range))
         _check_nonnegative("aspect_jitter", self.aspect_jitter, maximum=0.5)
         _check_nonnegative("shear", self.shear, maximum=1.0)
         _check_nonnegative("shift_fraction", self.shift_fraction, maximum=0.5)
@@ -164,17 +166,16 @@ class EncoderConfig:
         _validate.check_probability("thickness_probability", self.thickness_probability)
         _validate.check_probability("erase_probability", self.erase_probability)
         _validate.check_probability("erase_max_area", self.erase_max_area)
-        object.__setattr__(self, "contrast_range", self._range("contrast_range",
-                                                               self.contrast_range,
-                                                               positive=True))
+        object.__setattr__(self, "contrast_range",
+                           self._range("contrast_range", self.contrast_range))
 
     @staticmethod
-    def _range(name: str, value: object, *, positive: bool) -> tuple[float, float]:
+    def _range(name: str, value: object) -> tuple[float, float]:
         allowed = "a pair (low, high) of real numbers with 0 < low <= high"
         try:
             low, high = value  # type: ignore[misc]
-            low = _validate.check_positive(name, low) if positive else float(low)
-            high = _validate.check_positive(name, high) if positive else float(high)
+            low = _validate.check_positive(name, low)
+            high = _validate.check_positive(name, high)
         except (TypeError, ValueError):
             raise ValueError(f"{name} must be {allowed}; got {value!r}") from None
         if low > high:
@@ -184,8 +185,7 @@ class EncoderConfig:
     @classmethod
     def gpu(cls) -> EncoderConfig:
         """A wider, longer preset for an accelerator (minutes on one modern GPU)."""
-        return cls(width=32, projection_dim=128, epochs=200, batch_size=512,
-                   learning_rate=2e-3, warmup_epochs=10)
+        return cls(width=32, projection_dim=128, epochs=200, batch_size=256, warmup_epochs=10)
 
     @property
     def feature_dim(self) -> int:
@@ -422,7 +422,7 @@ def _nt_xent(z: torch.Tensor, temperature: float) -> torch.Tensor:
     z = F.normalize(z, dim=1)
     logits = (z @ z.T) / temperature
     logits.fill_diagonal_(float("-inf"))
-    targets = torch.cat([torch.arange(b, 2 * b), torch.arange(0, b)]).to(z.device)
+    targets = torch.arange(2 * b, device=z.device).roll(b)
     return F.cross_entropy(logits, targets)
 
 
@@ -593,7 +593,7 @@ def fit_encoder(public_images: np.ndarray, *, config: EncoderConfig, seed: int,
     step = 0
     try:
         for _ in range(config.epochs):
-            epoch_loss = 0.0
+            epoch_loss = torch.zeros((), device=device)
             for index in _batches(n, batch_size, order_gen, device):
                 x, theta = images[index], base[index]
                 with torch.no_grad():
@@ -605,9 +605,9 @@ def fit_encoder(public_images: np.ndarray, *, config: EncoderConfig, seed: int,
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
-                epoch_loss += float(loss.detach())
+                epoch_loss += loss.detach()
                 step += 1
-            losses.append(epoch_loss / steps_per_epoch)
+            losses.append(float(epoch_loss) / steps_per_epoch)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")

@@ -149,12 +149,17 @@ class StudentConfig:
 
     @classmethod
     def small(cls) -> StudentConfig:
-        """CPU preset: 5,000 MNIST images train to about 99 % in about 1-2 minutes on 2 cores."""
+        """CPU preset for 28x28 images.
+
+        Measured on the 5,000 MNIST public images with true labels (test: the 5,000 student-test
+        images): last-epoch accuracy 0.9914-0.9936 over seeds 0-2, about 27 s on 2 idle cores
+        (about 48 CPU-seconds; 65-90 s on a single thread).
+        """
         return cls(epochs=15, batch_size=64, learning_rate=0.1, weight_decay=5e-4, width=16)
 
     @classmethod
     def paper(cls) -> StudentConfig:
-        """GPU preset: a wider student trained longer."""
+        """GPU preset: a wider student (width 64) trained for 60 epochs (not tuned on a GPU yet)."""
         return cls(epochs=60, batch_size=128, learning_rate=0.1, weight_decay=5e-4, width=64)
 
 

@@ -157,7 +157,8 @@ class RknnResult:
         local_epsilon: The clients' local epsilon (local and shuffle modes).
         mechanisms: Mechanism descriptions.
         charges: ``[{"label", "event"}]`` of this run's ledger charges.
-        seconds: Seconds per stage, plus ``total``.
+        seconds: Seconds per stage, plus ``total`` (with a ``prepared`` input, stages 1-3 are
+            the shared preparation's, counted in every run that reuses it).
         device: Torch device description.
         sizes: Number of private, public and student-test records.
     """
@@ -274,6 +275,7 @@ def run(config: RknnConfig, *, ledger: Ledger, rng: np.random.Generator,
             raise ValueError("prepared must come from prepare() with the same dataset, split, "
                              "seed, representation, clusters and k as config")
         splits = prepared.splits
+        timer.seconds.update(prepared.seconds)  # stages 1-3, computed once and reused
     else:
         with timer.stage("data"):
             splits = load_splits(config, data_dir=data_dir)
