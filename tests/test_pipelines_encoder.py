@@ -101,7 +101,7 @@ def test_progress_bar_on_stderr(capsys):
 
 
 def test_batch_size_is_clamped_to_the_number_of_images():
-    config = dataclasses.replace(TINY, batch_size=512, epochs=1)
+    config = dataclasses.replace(TINY, batch_size=512, epochs=1, warmup_epochs=5)
     enc = fit_encoder(_digits()[0][:10], config=config, seed=0, device=CPU, progress=False)
     assert enc.num_fitted == 10
     assert len(enc.losses) == 1 and np.isfinite(enc.losses[0])
@@ -154,7 +154,7 @@ def test_fit_and_transform_reject_bad_arguments():
     ("learning_rate", 0.0, "learning_rate"),
     ("temperature", -0.1, "temperature"),
     ("weight_decay", -1.0, "weight_decay"),
-    ("warmup_epochs", 100, "warmup_epochs"),
+    ("warmup_epochs", -1, "warmup_epochs"),
     ("rotation_degrees", 200.0, "rotation_degrees"),
     ("shift_fraction", 0.6, "shift_fraction"),
     ("erase_probability", 1.5, "erase_probability"),

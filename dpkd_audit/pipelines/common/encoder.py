@@ -87,8 +87,14 @@ class FeatureLayer(enum.StrEnum):
 class EncoderConfig:
     """Architecture, optimisation and augmentation of the contrastive encoder.
 
-    The defaults are the CPU preset (about 2-3 minutes on 2 CPU cores for 5,000 28x28 images);
-    :meth:`gpu` is a wider, longer preset for an accelerator.
+    The defaults are the CPU preset: about 150 s of CPU time (one thread) for 5,000 28x28
+    images. Measured on the 5,000 public MNIST images (reverse k-NN splits, seed 0; label
+    accuracy of k-means clusters labelled by the majority vote of the 60,000 private records
+    at their nearest cluster medoid): 0.969 / 0.975 / 0.976 at 40 / 100 / 200 clusters with
+    the backbone features, 0.982 / 0.984 / 0.984 with ``features=FeatureLayer.PROJECTION``
+    (deskewed HOG + PCA-50: 0.927 / 0.947 / 0.947). On a busy machine one intra-op thread
+    (``torch.set_num_threads(1)``) is several times faster than two: OpenMP barriers wait for
+    descheduled threads. :meth:`gpu` is a wider, longer preset for an accelerator.
 
     Attributes:
         width: Channels of the first backbone stage (the stages have ``width``, ``2 width``,
@@ -100,7 +106,8 @@ class EncoderConfig:
         batch_size: Images per step (each gives two views); clamped to the number of images.
         learning_rate: Peak AdamW learning rate (linear warm-up, then cosine decay to 0).
         weight_decay: AdamW weight decay (>= 0).
-        warmup_epochs: Epochs of linear learning-rate warm-up (>= 0, <= epochs).
+        warmup_epochs: Epochs of linear learning-rate warm-up (>= 0; at most ``epochs`` are
+            used).
         temperature: NT-Xent temperature (> 0).
         deskew: Deskew images (moment-based shear, centroid to the centre) before everything.
         rotation_degrees: Maximal absolute rotation of the random affine map.
@@ -152,7 +159,7 @@ class EncoderConfig:
         _validate.check_int("batch_size", self.batch_size, minimum=2)
         _validate.check_positive("learning_rate", self.learning_rate)
         _check_nonnegative("weight_decay", self.weight_decay)
-        _validate.check_int("warmup_epochs", self.warmup_epochs, minimum=0, maximum=self.epochs)
+        _validate.check_int("warmup_epochs", self.warmup_epochs, minimum=0)
         _validate.check_positive("temperature", self.temperature)
         if not isinstance(self.deskew, bool):
             raise ValueError(f"deskew must be a bool; got {self.deskew!r}")
@@ -184,7 +191,7 @@ class EncoderConfig:
 
     @classmethod
     def gpu(cls) -> EncoderConfig:
-        """A wider, longer preset for an accelerator (minutes on one modern GPU)."""
+        """A wider, longer preset for an accelerator (not yet timed on a GPU)."""
         return cls(width=32, projection_dim=128, epochs=200, batch_size=256, warmup_epochs=10)
 
     @property
@@ -565,7 +572,7 @@ def fit_encoder(public_images: np.ndarray, *, config: EncoderConfig, seed: int,
     batch_size = min(config.batch_size, n)
     steps_per_epoch = n // batch_size
     total_steps = config.epochs * steps_per_epoch
-    warmup_steps = config.warmup_epochs * steps_per_epoch
+    warmup_steps = min(config.warmup_epochs, config.epochs) * steps_per_epoch
 
     backbone, head = _build(config.width, config.projection_dim, init_gen, device)
     parameters = [*backbone.parameters(), *head.parameters()]
