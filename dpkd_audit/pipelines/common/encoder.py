@@ -48,6 +48,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from dpkd_audit import _validate
+from dpkd_audit.pipelines.common.devices import resolve_device
 
 __all__ = [
     "EncoderConfig",
@@ -330,7 +331,7 @@ def deskew_images(images: np.ndarray, *, device: torch.device | None = None) -> 
     :func:`_deskew_theta`), vectorised with ``affine_grid``/``grid_sample``; nothing is fitted.
     """
     arr = _check_images("images", images)
-    device = torch.device("cpu") if device is None else _check_device(device)
+    device = torch.device("cpu") if device is None else resolve_device(device)
     out = []
     with torch.no_grad():
         for start in range(0, len(arr), 8192):
@@ -435,17 +436,6 @@ def _nt_xent(z: torch.Tensor, temperature: float) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------------------------
 # Public API
-
-
-def _check_device(device: object) -> torch.device:
-    if isinstance(device, str):
-        try:
-            device = torch.device(device)
-        except RuntimeError:
-            raise ValueError(f"device must be a torch.device; got {device!r}") from None
-    if not isinstance(device, torch.device):
-        raise ValueError(f"device must be a torch.device; got {type(device).__name__}")
-    return device
 
 
 def _check_images(name: str, images: object, *, shape: tuple[int, int] | None = None,
@@ -559,7 +549,7 @@ def fit_encoder(public_images: np.ndarray, *, config: EncoderConfig, seed: int,
         raise ValueError(f"config must be an EncoderConfig; got {type(config).__name__}")
     arr = _check_images("public_images", public_images, minimum=2)
     seed = _validate.check_int("seed", seed, minimum=0)
-    device = _check_device(device)
+    device = resolve_device(device)
     if not isinstance(progress, bool):
         raise ValueError(f"progress must be a bool; got {progress!r}")
 

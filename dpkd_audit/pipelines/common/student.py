@@ -41,6 +41,7 @@ from torch import nn
 from tqdm import tqdm
 
 from dpkd_audit import _validate
+from dpkd_audit.pipelines.common.devices import resolve_device
 
 __all__ = [
     "LrSchedule",
@@ -315,14 +316,6 @@ def _check_targets(targets: Any, n: int, num_classes: int) -> tuple[np.ndarray, 
                      f"of shape ({n}, {num_classes}); got dtype {arr.dtype} and shape {arr.shape}")
 
 
-def _check_device(device: Any) -> torch.device:
-    if isinstance(device, str):
-        device = torch.device(device)
-    if not isinstance(device, torch.device):
-        raise ValueError(f"device must be a torch.device; got {device!r}")
-    return device
-
-
 def _to_tensor(images: np.ndarray, device: torch.device) -> torch.Tensor:
     """uint8 (n, h, w) -> float32 (n, 1, h, w) in [0, 1] on ``device``."""
     tensor = torch.from_numpy(np.ascontiguousarray(images).copy())
@@ -399,7 +392,7 @@ def predict(model: nn.Module, images: np.ndarray, *, device: torch.device,
     if not isinstance(model, nn.Module):
         raise ValueError(f"model must be a torch.nn.Module; got {type(model).__name__}")
     images = _check_images("images", images)
-    device = _check_device(device)
+    device = resolve_device(device)
     _validate.check_int("batch_size", batch_size, minimum=1)
     expected = getattr(model, "image_shape", None)
     if expected is not None and tuple(images.shape[1:]) != tuple(expected):
@@ -452,7 +445,7 @@ def train_student(train_images: np.ndarray, train_targets: np.ndarray, *, num_cl
     if not isinstance(config, StudentConfig):
         raise ValueError(f"config must be a StudentConfig; got {type(config).__name__}")
     _validate.check_int("seed", seed, minimum=0)
-    device = _check_device(device)
+    device = resolve_device(device)
 
     generator = torch.Generator().manual_seed(seed)
     model = build_student(train_images.shape[1:], num_classes, config.width,
