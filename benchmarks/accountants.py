@@ -15,11 +15,11 @@ Prints seconds, epsilon and the ratio of dp_accounting's time to ours for each l
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import platform
 import time
 
-import dp_accounting
 import numpy as np
 from dp_accounting import dp_event as _dp
 from dp_accounting.pld import PLDAccountant as DpaPLD
@@ -127,7 +127,7 @@ def shuffle() -> None:
 
 
 def main() -> None:
-    version = getattr(dp_accounting, "__version__", "?")
+    version = importlib.metadata.version("dp-accounting")
     print(f"python {platform.python_version()}, dp_accounting {version}, "
           f"numpy {np.__version__}, {platform.machine()}")
     sgd()

@@ -98,7 +98,10 @@ class ApproxDpEvent(_dp.DpEvent, DeclaredGuarantee):
     delta: float
 
     def __attrs_post_init__(self) -> None:
-        _check_eps("epsilon", self.epsilon)
+        # epsilon = 0 is allowed: (0, delta)-DP is a valid statement (e.g. very large noise).
+        _require(isinstance(self.epsilon, (int, float)) and not isinstance(self.epsilon, bool)
+                 and math.isfinite(self.epsilon) and self.epsilon >= 0,
+                 f"epsilon must be a finite real number >= 0; got {self.epsilon!r}")
         _check_delta("delta", self.delta)
 
     def guarantee(self) -> tuple[float, float]:

@@ -23,7 +23,7 @@ from dpkd_audit.accountants import BoundKind, Epsilon, PureAccountant, Unsupport
 from dpkd_audit.accountants.advanced import (
     METHOD_ADVANCED,
     METHOD_OPTIMAL,
-    METHOD_OPTIMAL_PLD,
+    METHOD_OPTIMAL_GRID,
     AdvancedCompositionAccountant,
     OptimalCompositionAccountant,
     dgd_published_epsilon,
@@ -302,21 +302,25 @@ def test_optimal_never_above_pld_of_the_same_pairs():
             assert pld.get_delta_for_epsilon(target_eps) >= acc.get_delta(target_eps) * (1 - 1e-6)
 
 
-def test_pld_fallback_is_labelled_and_close():
-    plan = [(0.1, 0.0, 200), (0.17, 1e-7, 150)]
+def test_grid_fallback_is_labelled_and_close():
+    # Three groups with max_atoms = 100: the two outer groups (201 x 151 atoms) are rounded up
+    # onto a 100-cell grid, so the epsilon lies in [exact, exact + 2 cells of the outer span].
+    plan = [(0.1, 0.0, 200), (0.17, 1e-7, 150), (0.05, 0.0, 1000)]
     exact = optimal(plan)
     fallback = optimal(plan, max_atoms=100)
-    assert exact.backend == METHOD_OPTIMAL and fallback.backend == METHOD_OPTIMAL_PLD
+    assert exact.backend == METHOD_OPTIMAL and fallback.backend == METHOD_OPTIMAL_GRID
     ours, theirs = exact.get_epsilon(1e-5), fallback.get_epsilon(1e-5)
-    assert theirs.method == METHOD_OPTIMAL_PLD and theirs.kind is BoundKind.UPPER_BOUND
-    assert float(ours) - 1e-6 <= float(theirs) <= float(ours) + 350 * 1e-4
-    assert fallback.get_delta(2.0) >= exact.get_delta(2.0) * (1 - 1e-6)
+    assert theirs.method == METHOD_OPTIMAL_GRID and theirs.kind is BoundKind.UPPER_BOUND
+    cell = (2 * 200 * 0.1 + 2 * 150 * 0.17) / 100
+    assert float(ours) <= float(theirs) <= float(ours) + 3 * cell
+    for target in (2.0, 5.0, 9.0):
+        assert fallback.get_delta(target) >= exact.get_delta(target)
 
 
 def test_truncated_heterogeneous_stays_an_upper_bound():
-    # 601 x 501 atoms exceed max_atoms = 100,000, 280 x 254 after moving tails of mass
-    # <= 1e-30 to infinite loss do not.
-    plan = [(0.1, 0.0, 600), (0.17, 0.0, 500)]
+    # 601 x 501 x 3 atoms exceed max_atoms = 100,000, 280 x 254 x 3 after moving tails of mass
+    # <= 1e-30 to infinite loss do not (the inner group, 2001 atoms, is never convolved).
+    plan = [(0.1, 0.0, 600), (0.17, 0.0, 500), (0.3, 0.0, 2), (0.01, 0.0, 2000)]
     exact = optimal(plan)
     truncated = optimal(plan, max_atoms=100_000)
     assert truncated.backend == METHOD_OPTIMAL
@@ -414,8 +418,6 @@ def test_bad_target_epsilon(make, value):
 
 @pytest.mark.parametrize(("kwargs", "name"), [
     ({"max_atoms": 1}, "max_atoms"), ({"max_atoms": 2.5}, "max_atoms"),
-    ({"value_discretization_interval": 0.0}, "value_discretization_interval"),
-    ({"value_discretization_interval": math.nan}, "value_discretization_interval"),
     ({"neighboring_relation": "replace"}, "neighboring_relation")])
 def test_optimal_constructor_rejects_bad_parameters(kwargs, name):
     with pytest.raises(ValueError, match=name):

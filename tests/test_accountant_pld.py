@@ -9,9 +9,11 @@ two-fold Laplace composition by mpmath integration over the privacy-loss law.
 Tolerances (value_discretization_interval h = 1e-4): the pessimistic PLD never goes below an
 exact delta by more than 1e-15, nor below an exact epsilon by more than 1e-9 (floating-point
 rounding). It exceeds the exact epsilon by at most 1e-8 for one release (one grid step h in the
-last grid cell below the largest loss) and for k-fold pure releases (exact binomial), and by at
-most 2 k h^2 + 1e-6 for other k-fold compositions at delta >= 1e-8 (1e-3 at delta = 1e-10,
-where FFT round-off dominates; it stays on the pessimistic side).
+last grid cell below the largest loss) and for k-fold pure releases (exact binomial), by at
+most h for k-fold randomized response and discrete Laplace (exact lattice powers; see
+tests/test_accountant_pld_lattice.py), and by at most 2 k h^2 + 1e-6 for FFT compositions at
+delta >= 1e-8 (1e-3 at delta = 1e-10, where FFT round-off dominates; it stays on the
+pessimistic side).
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ from dpkd_audit.accountants import (
     NeighboringRelation,
     PureAccountant,
     UnsupportedEventError,
+    pld_eval,
+    pld_specs,
 )
-from dpkd_audit.accountants import pld as pld_module
 from dpkd_audit.accountants.pld import PLDAccountant, laplace_delta, laplace_epsilon
 from dpkd_audit.events import (
     ApproxDpEvent,
@@ -290,11 +293,11 @@ def test_single_gaussian_matches_balle_wang(sigma):
     for delta in (1e-10, 1e-5, 1e-2):
         exact = gaussian_epsilon(sigma, delta)
         assert exact - 1e-12 <= eps_of(acc, delta) <= exact + 1e-9
-        assert exact - 1e-9 <= pld_module._pld_epsilon(pld, delta) <= exact + 1e-6
+        assert exact - 1e-9 <= pld_eval._pld_epsilon(pld, delta) <= exact + 1e-6
     for eps in (0.0, 0.5, 2.0):
         exact = analytic_gaussian_delta(eps, sigma)
         assert acc.get_delta(eps) == exact
-        assert exact - 1e-15 <= pld_module._pld_delta(pld, eps) <= exact + 1e-9
+        assert exact - 1e-15 <= pld_eval._pld_delta(pld, eps) <= exact + 1e-9
 
 
 def test_gaussian_mixed_with_laplace_uses_the_pld_and_refuses_absurd_sizes():
@@ -303,8 +306,28 @@ def test_gaussian_mixed_with_laplace_uses_the_pld_and_refuses_absurd_sizes():
     assert alone < eps_of(mixed, 1e-5) < alone + 1 / 20.0
     assert eps_of(PLDAccountant().compose(_dp.GaussianDpEvent(1e-3)), 1e-5) > 1e5  # exact curve
     huge = PLDAccountant().compose(_dp.GaussianDpEvent(1e-5)).compose(_dp.LaplaceDpEvent(1.0))
-    with pytest.raises(ValueError, match="value_discretization_interval"):
+    with pytest.raises(UnsupportedEventError, match=r"GaussianDpEvent.*RDPAccountant"):
         huge.get_epsilon(1e-5)
+
+
+def test_large_compositions_coarsen_the_grid_and_stay_upper_bounds():
+    # 1000 Laplace releases of scale 0.5 would span ~7.6e6 points at h = 1e-4 (minutes of FFT
+    # squaring); the grid step grows so that the composed PLD keeps ~4e6 points, and the
+    # result stays above the exact optimal composition of the same pure releases.
+    from dpkd_audit.accountants import OptimalCompositionAccountant
+
+    acc = PLDAccountant().compose(_dp.LaplaceDpEvent(0.5), count=1000)
+    assert acc.effective_interval() > acc.value_discretization_interval
+    start = time.perf_counter()
+    eps = eps_of(acc, 1e-5)
+    assert time.perf_counter() - start < 30
+    small = PLDAccountant().compose(_dp.LaplaceDpEvent(0.5), count=10)
+    assert small.effective_interval() == small.value_discretization_interval
+    # the Laplace PLD is tighter than its eps-DP dominating pair, but never below the exact
+    # k-fold Laplace epsilon, which is at least k * (mean privacy loss) ~ 1301 here
+    optimal = float(OptimalCompositionAccountant().compose(_dp.LaplaceDpEvent(0.5), count=1000)
+                    .get_epsilon(1e-5))
+    assert 1200 < eps <= optimal
 
 
 def test_gaussians_merge_exactly_into_one_gaussian():
@@ -410,14 +433,19 @@ def exact_randomized_response_composition(p: float, k: int, n: int):
 
 
 def test_fft_compositions_stay_pessimistic_at_small_deltas():
-    # 200-fold 3-ary RR goes through FFT squaring; exact reference: trinomial sum.
+    # FFT repeated squaring (the path of continuous PLDs) on 200-fold 3-ary RR, whose exact
+    # reference is a trinomial sum; the accountant itself composes RR exactly (lattice power,
+    # tests/test_accountant_pld_lattice.py): within one grid step.
     losses, probs = exact_randomized_response_composition(0.3, 3, 200)
-    acc = PLDAccountant().compose(_dp.RandomizedResponseDpEvent(0.3, 3), count=200)
+    event = _dp.RandomizedResponseDpEvent(0.3, 3)
+    fft = pld_specs._self_compose(PLDAccountant().event_pld(event), 200)
+    acc = PLDAccountant().compose(event, count=200)
     for delta, slack in ((1e-3, 1e-6), (1e-6, 1e-6), (1e-8, 2 * 200 * H * H + 1e-6),
                          (1e-10, 1e-3)):
         exact = exact_epsilon(lambda t: exact_delta_curve(losses, probs, t), delta,
                               float(losses.max()))
-        assert exact - 1e-9 <= eps_of(acc, delta) <= exact + slack
+        assert exact - 1e-9 <= pld_eval._pld_epsilon(fft, delta) <= exact + slack
+        assert exact - 1e-9 <= eps_of(acc, delta) <= exact + H
 
 
 @pytest.mark.parametrize("event", [
@@ -514,7 +542,7 @@ def compose_one_by_one(single, k):
 
 
 def backend_epsilon(pld, delta):
-    return max(pld_module._pmf_epsilon(pmf, delta) for pmf in pld_module._pld_pmfs(pld))
+    return max(pld_eval._pmf_epsilon(pmf, delta) for pmf in pld_eval._pld_pmfs(pld))
 
 
 @pytest.mark.parametrize("event", [

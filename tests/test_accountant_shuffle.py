@@ -1,10 +1,20 @@
 """Shuffle amplification: FMT21 numerical bound and the shuffle accountant.
 
-Every check is deterministic (no sampling). The numerical bound is compared with two
+Every check is deterministic (no sampling). The numerical bound is compared with three
 independent implementations of the FMT21 dominating pair (an mpmath brute-force sum over every
-outcome (a, c) of both distributions, and a float64 sum of the positive terms only, which has no
-cancellation), with the closed form at n = 1, with the reference value printed by FMT21's own
-code, and with the closed form of Theorem 3.1 wherever that is valid.
+outcome (a, c) of both distributions, a float64 sum of the positive terms only, which has no
+cancellation, and an mpmath sum over the clone counts with exact recurrences, for n up to 10^6),
+with the previous O(n) implementation (kept verbatim below), with the closed form at n = 1,
+with the reference value printed by FMT21's own code, and with the closed form of Theorem 3.1
+wherever that is valid.
+
+Tolerances: against the mpmath sum, 1e-12 relative for deltas above 1e-10 (measured <= 1e-12),
+1e-11 below (measured 3.4e-12 at delta = 4e-13, n = 10^6: rounding in the recurrences), on
+either side. Against the previous implementation,
+1e-12 relative at n <= 10^3; at n = 10^5 and 10^6 the previous implementation itself is off by
+up to 1.2e-10 and 2.9e-8 (its binomial weights came from ``binom.logpmf``, a difference of
+log-gammas, and its cdfs from Cephes' ``bdtr``; both measured against mpmath below), so there
+the comparison is with that measured error.
 """
 
 from __future__ import annotations
@@ -18,9 +28,11 @@ import pytest
 from dp_accounting import dp_event as _dp
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy import stats
+from scipy import special, stats
+from shuffle_reference import old_numerical_delta, old_numerical_epsilon
 
-from dpkd_audit._shuffle_math import _clone_weights, _numerical_epsilon
+from dpkd_audit import _shuffle_math
+from dpkd_audit._shuffle_math import _numerical_epsilon, _window
 from dpkd_audit.accountants import NeighboringRelation, PureAccountant, UnsupportedEventError
 from dpkd_audit.accountants.base import BoundKind, Epsilon
 from dpkd_audit.accountants.shuffle import (
@@ -176,7 +188,7 @@ def test_large_delta_gives_zero_epsilon():
 
 def test_fast_at_n_1e5():
     _numerical_epsilon.cache_clear()
-    _clone_weights.cache_clear()
+    _window.cache_clear()
     for eps0 in (0.5, 4.0):
         start = time.perf_counter()
         numerical_epsilon(eps0, 100_000, 1e-6)
@@ -198,6 +210,199 @@ def test_numerical_epsilon_rejects_bad_input(args, name):
 def test_numerical_delta_rejects_bad_epsilon(eps):
     with pytest.raises(ValueError, match="epsilon"):
         numerical_delta(1.0, 100, eps)
+
+
+# ============================================================================ O(sqrt n) bound
+
+
+def mp_clone_sum(eps0: float, n: int, eps: float, dps: int = 40) -> mpmath.mpf:
+    """sum_c P[C = c] D_c(eps) in mpmath: exact recurrences in c, no float cdf or pmf.
+
+    Every c for small n, else the c within 14 standard deviations of the mean (the rest weighs
+    < 1e-40). q is the float e^-eps0 of the implementation, exactly. F_lo(k_lo) is a direct tail
+    sum, then one more clone at a time: F_{c+1}(k) = F_c(k) - b_c(k)/2, b_{c+1}(k) =
+    b_c(k)(c+1)/(2(c+1-k)), b(k+1) = b(k)(c+1-k)/(k+1), F(k+1) = F(k) + b(k+1).
+    """
+    with mpmath.workdps(dps):
+        trials = n - 1
+        q = mpmath.mpf(math.exp(-eps0))
+        e0, big = mpmath.exp(mpmath.mpf(eps0)), mpmath.exp(mpmath.mpf(eps))
+        upper, lower, norm = 1 - big / e0, 1 / e0 - big, 1 + 1 / e0
+        slope = (e0 - big) / ((e0 - 1) * (big + 1))
+        mean, sd = trials * q, mpmath.sqrt(trials * q * (1 - q))
+        lo, hi = 0, trials
+        if trials > 20_000:
+            lo = max(0, int(mpmath.floor(mean - 14 * sd)))
+            hi = min(trials, int(mpmath.ceil(mean + 14 * sd)))
+        weight = mpmath.exp(mpmath.loggamma(trials + 1) - mpmath.loggamma(lo + 1)
+                            - mpmath.loggamma(trials - lo + 1) + lo * mpmath.log(q)
+                            + (trials - lo) * mpmath.log(1 - q))
+
+        def threshold(c: int) -> int:
+            return min(int(mpmath.floor((c + 1) * slope)), c)
+
+        k = threshold(lo)
+        pmf = mpmath.binomial(lo, k) / mpmath.mpf(2) ** lo
+        cdf, term = pmf, pmf
+        for j in range(k, 0, -1):
+            term = term * j / (lo - j + 1)
+            cdf += term
+            if term < cdf * mpmath.mpf(10) ** (3 - dps):
+                break
+        total = mpmath.mpf(0)
+        for c in range(lo, hi + 1):
+            below = cdf - pmf if k >= 1 else 0
+            total += weight * max(0, upper * cdf + lower * below) / norm
+            if c == hi:
+                return total
+            cdf -= pmf / 2
+            pmf = pmf * (c + 1) / (2 * (c + 1 - k))
+            weight = weight * (trials - c) / (c + 1) * q / (1 - q)
+            while k < threshold(c + 1):
+                pmf = pmf * (c + 1 - k) / (k + 1)
+                k += 1
+                cdf += pmf
+        return total  # pragma: no cover - the loop returns
+
+
+def test_mpmath_clone_sum_matches_the_brute_force_reference():
+    for eps0, n, eps in ((1.0, 20, 0.1), (3.0, 50, 0.5)):
+        assert float(mp_clone_sum(eps0, n, eps)) == pytest.approx(
+            float(mp_pair_delta(eps0, n, eps)), rel=1e-14)
+
+
+@pytest.mark.parametrize("n", [10**5, 10**6])
+def test_numerical_delta_matches_mpmath_clone_sum_at_large_n(n):
+    # Points with delta from ~1e-3 down to ~1e-15; the bound adds tail charges < 1e-14 relative.
+    for eps0 in (0.3, 1.0, 4.0):
+        for x in (0.1, 1.0, 3.0, 6.0):
+            eps = x * eps0 / math.sqrt(n)
+            ref = float(mp_clone_sum(eps0, n, eps))
+            got = numerical_delta(eps0, n, eps)
+            tol = 1e-12 if ref > 1e-10 else 1e-11  # measured <= 1e-12 (3e-12 at 4e-13)
+            assert ref * (1 - tol) <= got <= ref * (1 + tol), (eps0, n, eps)
+
+
+def test_cdf_and_pmf_sources_are_accurate_where_the_old_ones_were_not():
+    # F_c(k) of Bin(c, 1/2) near the median at c = 10^7: Boost's incomplete beta (used now)
+    # against mpmath, and Cephes' bdtr (used before), which is off by ~3e-4 relative.
+    c, k = 10**7, 4_999_900
+    with mpmath.workdps(30):
+        term = mpmath.binomial(c, k) / mpmath.mpf(2) ** c
+        exact, j = term, k
+        while term > exact * mpmath.mpf(10) ** -25:
+            term, j = term * j / (c - j + 1), j - 1
+            exact += term
+    assert float(_shuffle_math._half_cdf(np.array([float(k)]), np.array([c]))[0]) == \
+        pytest.approx(float(exact), rel=1e-13)
+    assert abs(special.bdtr(k, c, 0.5) / float(exact) - 1) > 1e-5
+    # binomial weights at n = 10^6: Boost's pmf (used now) vs the log-gamma logpmf (before)
+    trials, q, c = 10**6 - 1, math.exp(-1.0), 367_879
+    with mpmath.workdps(30):
+        exact = float(mpmath.binomial(trials, c) * mpmath.mpf(q) ** c
+                      * (1 - mpmath.mpf(q)) ** (trials - c))
+    assert stats.binom.pmf(c, trials, q) == pytest.approx(exact, rel=1e-13)
+    assert abs(math.exp(stats.binom.logpmf(c, trials, q)) / exact - 1) > 1e-10
+
+
+@pytest.mark.parametrize(("n", "tol"), [(10, 1e-12), (1000, 2e-12)])
+def test_equals_the_previous_implementation_at_small_n(n, tol):
+    # tol: 1e-12, or the previous implementation's own error where larger (n = 1000: up to
+    # 1.0e-12 against mpmath, from its log-gamma weights and Cephes cdfs)
+    for eps0 in (0.3, 1.0, 4.0):
+        for frac in (0.0, 0.01, 0.1, 0.5, 0.9):
+            eps = frac * eps0 * min(1.0, 10 / math.sqrt(n))
+            old = old_numerical_delta(eps0, n, eps)
+            new = numerical_delta(eps0, n, eps)
+            assert old * (1 - tol) <= new <= old * (1 + tol), (eps0, n, eps)
+        for delta in (1e-3, 1e-6, 1e-10):
+            old = old_numerical_epsilon(eps0, n, delta)
+            new = numerical_epsilon(eps0, n, delta)
+            assert old * (1 - tol) <= new <= old * (1 + tol), (eps0, n, delta)
+
+
+@pytest.mark.parametrize(("n", "old_error"), [(10**5, 1.2e-10), (10**6, 3e-8)])
+def test_close_to_the_previous_implementation_at_large_n(n, old_error):
+    # The previous implementation is off by up to old_error (see the module doc; the accurate
+    # reference is mp_clone_sum, checked above); epsilon moves by at most ~old_error plus the
+    # 1e-10 (relative) tolerance of the root finder. (Few points at 10^6: it is O(n).)
+    for eps0 in (0.3, 1.0, 4.0):
+        for x in (0.1, 1.0, 3.0, 6.0):
+            eps = x * eps0 / math.sqrt(n)
+            old, new = old_numerical_delta(eps0, n, eps), numerical_delta(eps0, n, eps)
+            assert new == pytest.approx(old, rel=old_error), (eps0, n, eps)
+        for delta in (1e-3, 1e-6, 1e-10) if n < 10**6 else (1e-6,):
+            old, new = old_numerical_epsilon(eps0, n, delta), numerical_epsilon(eps0, n, delta)
+            assert new == pytest.approx(old, rel=old_error + 3e-10), (eps0, n, delta)
+
+
+def test_numerical_epsilon_solves_the_exact_curve_at_large_n():
+    for eps0, n, delta in ((1.0, 10**6, 1e-6), (4.0, 10**5, 1e-9), (0.3, 10**6, 1e-4)):
+        eps = numerical_epsilon(eps0, n, delta)
+        assert float(mp_clone_sum(eps0, n, eps)) <= delta * (1 - 1e-6)  # never below
+        assert float(mp_clone_sum(eps0, n, eps * (1 - 1e-8))) > delta * (1 - 2e-6)  # tight
+
+
+@pytest.mark.parametrize(("eps0", "n"), [(1.0, 10**4), (0.05, 10**6), (6.0, 10**7),
+                                         (1.0, 10**9)])
+def test_window_tails_are_rigorous_bounds(eps0, n):
+    window = _window(eps0, n, 1e-20, 1e-14)
+    lo = int(window.c.min())
+    q = math.exp(-eps0)
+    exact_below = stats.binom.cdf(lo - 1, n - 1, q) if lo > 0 else 0.0
+    exact_above = stats.binom.sf(window.hi, n - 1, q)
+    assert exact_below <= window.below <= 1e-20
+    assert exact_above <= window.above <= 1e-14
+    # and the window is not needlessly wide: the Chernoff bound is within ~sqrt(n) of the tail
+    assert window.hi - lo < 20 * math.sqrt(n * q * (1 - q)) + 60
+
+
+def test_clone_divergence_is_non_increasing_in_c():
+    # D_{c+1} <= D_c (one more clone is a post-processing): what makes the tail charges valid.
+    c = np.arange(0, 3000)
+    for eps0, eps in ((1.0, 0.05), (4.0, 0.5), (0.3, 0.01)):
+        terms = _shuffle_math._clone_terms(eps, eps0, c, c + 1.0)
+        assert np.all(np.diff(terms) <= 1e-15 * terms[:-1])
+        assert terms[0] == pytest.approx((math.exp(eps0) - math.exp(eps)) / (math.exp(eps0) + 1),
+                                         rel=1e-14)
+
+
+@pytest.mark.parametrize("n", [10**7, 10**9])
+def test_anchored_recurrences_match_direct_evaluation(n):
+    window = _window(1.0, n, 1e-20, 1e-14)
+    assert window.c.ndim == 2  # the block layout
+    # every 8th block at n = 10^9 (Boost's incomplete beta takes up to ~40 us at the median of
+    # Bin(4e8, 1/2), so a full direct evaluation takes seconds)
+    step = 8 if n > 10**8 else 1
+    blocks, weights = window.c[:, ::step], window.weights[:, ::step]
+    flat, flat_weights = blocks.T.ravel(), weights.T.ravel()
+    for x in (0.0, 0.1, 1.0, 4.0, 7.0):  # delta from ~1e-4 down to ~1e-12
+        eps = x / math.sqrt(n)
+        recurrence = float(np.sum(weights * _shuffle_math._clone_terms(eps, 1.0, blocks,
+                                                                       blocks + 1.0)))
+        direct = float(np.sum(flat_weights * _shuffle_math._clone_terms(eps, 1.0, flat,
+                                                                        flat + 1.0)))
+        # measured <= 5e-12 (single D_c differ by up to 8e-10 at n = 10^9: each D_c is a
+        # difference of two terms ~1e3 times larger, good to ~1e-13 (10^7) or ~1e-11 (10^9))
+        assert recurrence == pytest.approx(direct, rel=1e-11), x
+
+
+def test_n_1e9_in_well_under_a_second_and_small_memory():
+    import tracemalloc
+
+    _numerical_epsilon.cache_clear()
+    _window.cache_clear()
+    tracemalloc.start()
+    start = time.perf_counter()
+    eps = numerical_epsilon(1.0, 10**9, 1e-6)
+    seconds = time.perf_counter() - start
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert seconds < 3.0  # measured ~0.5 s on a shared 2-core machine
+    assert peak < 100e6  # measured 26 MB (the O(n) version: 0.9 GB measured at n = 10^7)
+    assert 0.0 < eps < closed_form_epsilon(1.0, 10**9, 1e-6)
+    assert numerical_delta(1.0, 10**9, eps) <= 1e-6
+    assert numerical_delta(1.0, 10**9, eps * (1 - 1e-6)) > 1e-6 * (1 - 2e-6)
 
 
 # ============================================================================ accountant

@@ -80,4 +80,4 @@ def test_cli_impossible_or_incomplete_plans(capsys):
     assert main(["budget", "laplace", "--noise", "1"]) == 2
     assert "--queries" in capsys.readouterr().err
     assert main(["budget", "shuffle", "--noise", "1", "--queries", "1"]) == 2
-    assert "num_users" in capsys.readouterr().err
+    assert "--users is required" in capsys.readouterr().err

@@ -1,10 +1,14 @@
 """Budget planning: the epsilon of a plan under every applicable accountant, and the inverse.
 
 A :class:`Plan` describes a run before it happens ("Laplace noisy-max, scale 40, 1,300 queries",
-"subsampled Gaussian q, sigma, steps", "local eps0 randomizer shuffled among n users"), turns
-into privacy events, and :func:`budget_table` evaluates it with each accountant that supports
-those events. :func:`solve` inverts a plan for its noise or its number of queries with
+"subsampled Gaussian q, sigma, steps", "local eps0 randomizer shuffled among n users", "DP-SGD
+on N records, batch B, E epochs, noise sigma" as Opacus users write it), turns into privacy
+events, and :func:`budget_table` evaluates it with each accountant that supports those events.
+:func:`solve` inverts a plan for its noise or its number of queries (epochs for DP-SGD) with
 :mod:`~dpkd_audit.accountants.calibration` (the answer never exceeds the target).
+
+Every plan x every accountant x every inverse either gives a row (an epsilon, or "n/a" with the
+reason) or raises a ``ValueError`` that names the plan's parameter (tests/test_budget_matrix.py).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import dataclasses
 import enum
 import math
 from collections.abc import Callable
+from typing import Any
 
 from dp_accounting import dp_event as _dp
 
@@ -24,6 +29,7 @@ from dpkd_audit.accountants.advanced import (
     OptimalCompositionAccountant,
 )
 from dpkd_audit.accountants.base import Accountant, NeighboringRelation, UnsupportedEventError
+from dpkd_audit.accountants.dp_sgd import DpSgdSchedule
 from dpkd_audit.accountants.pure import PureAccountant
 from dpkd_audit.events import (
     ApproxDpEvent,
@@ -43,6 +49,7 @@ class PlanKind(enum.Enum):
     SUBSAMPLED_GAUSSIAN = "subsampled-gaussian"
     RANDOMIZED_RESPONSE = "randomized-response"
     SHUFFLE = "shuffle"
+    DP_SGD = "dp-sgd"
 
 
 #: What the noise parameter of each plan kind is.
@@ -54,7 +61,15 @@ NOISE_MEANING = {
     PlanKind.RANDOMIZED_RESPONSE: "per-release epsilon of k-ary randomized response "
                                   "(smaller = more private)",
     PlanKind.SHUFFLE: "local epsilon0 of each user's randomizer",
+    PlanKind.DP_SGD: "noise multiplier sigma (noise std / clipping norm)",
 }
+
+#: Plan kinds with Gaussian noise: never pure DP, so they need delta > 0.
+_GAUSSIAN_KINDS = frozenset({PlanKind.GAUSSIAN, PlanKind.SUBSAMPLED_GAUSSIAN, PlanKind.DP_SGD})
+
+#: Largest local epsilon of a randomized-response plan: e^epsilon0 must stay representable so
+#: that the keep probability of k-ary randomized response is computed exactly.
+MAX_LOCAL_EPSILON = 700.0
 
 
 #: Plan kinds whose "noise" is a per-release epsilon (smaller = more private).
@@ -68,10 +83,16 @@ class Plan:
     Attributes:
         kind: What is released.
         noise: The noise parameter (see ``NOISE_MEANING``); None when it is to be solved for.
-        queries: Number of releases (steps for SGD); None when it is to be solved for.
-        sampling_probability: Poisson sampling rate q (subsampled Gaussian only).
+        queries: Number of releases (steps for SGD); None when it is to be solved for. For a
+            DP-SGD plan it is derived from ``epochs`` (epochs x steps per epoch) and must not
+            be given.
+        sampling_probability: Poisson sampling rate q (subsampled Gaussian only; derived from
+            the dataset and batch sizes for DP-SGD).
         num_classes: Classes of noisy-max / randomized response plans.
         num_users: Users n of a shuffle plan.
+        dataset_size: Records N of a DP-SGD plan.
+        batch_size: Expected batch size B of a DP-SGD plan (1 <= B <= N).
+        epochs: Epochs of a DP-SGD plan; None when it is to be solved for.
     """
 
     kind: PlanKind
@@ -80,6 +101,9 @@ class Plan:
     sampling_probability: float | None = None
     num_classes: int = 10
     num_users: int | None = None
+    dataset_size: int | None = None
+    batch_size: int | None = None
+    epochs: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, PlanKind):
@@ -87,6 +111,11 @@ class Plan:
                              f"; got {self.kind!r}")
         if self.noise is not None:
             _validate.check_positive("noise", self.noise)
+            if self.kind is PlanKind.RANDOMIZED_RESPONSE and self.noise > MAX_LOCAL_EPSILON:
+                raise ValueError(
+                    f"noise (the local epsilon of randomized response) must be <= "
+                    f"{MAX_LOCAL_EPSILON:g} (beyond it e^epsilon overflows and the keep "
+                    f"probability is not exact); got {self.noise!r}")
         if self.queries is not None:
             _validate.check_int("queries", self.queries, minimum=1)
         _validate.check_int("num_classes", self.num_classes, minimum=2)
@@ -100,6 +129,31 @@ class Plan:
             if self.num_users is None:
                 raise ValueError("num_users is required for a shuffle plan (an integer >= 1)")
             _validate.check_int("num_users", self.num_users, minimum=1)
+        if self.kind is PlanKind.DP_SGD:
+            self._check_dp_sgd()
+
+    def _check_dp_sgd(self) -> None:
+        for name in ("dataset_size", "batch_size"):
+            if getattr(self, name) is None:
+                raise ValueError(f"{name} is required for a dp-sgd plan (an integer >= 1)")
+        schedule = DpSgdSchedule(dataset_size=self.dataset_size, batch_size=self.batch_size)
+        if self.queries is not None:
+            raise ValueError("queries is derived from epochs for a dp-sgd plan (epochs x "
+                             f"ceil(dataset_size / batch_size) steps); got queries={self.queries}")
+        if self.sampling_probability is not None:
+            raise ValueError("sampling_probability is derived for a dp-sgd plan (1 / ceil("
+                             "dataset_size / batch_size), Opacus's convention); got "
+                             f"{self.sampling_probability!r}")
+        if self.epochs is not None:
+            object.__setattr__(self, "queries", schedule.steps(self.epochs))
+        object.__setattr__(self, "sampling_probability", schedule.sampling_probability)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Releases per unit of the solved count: steps per epoch for DP-SGD, else 1."""
+        if self.kind is PlanKind.DP_SGD:
+            return -(-self.dataset_size // self.batch_size)
+        return 1
 
     def event(self, noise: float | None = None) -> _dp.DpEvent:
         """The event of one release with the given (or the plan's) noise parameter."""
@@ -112,17 +166,20 @@ class Plan:
             return LaplaceNoisyMaxDpEvent(noise, self.num_classes)
         if self.kind is PlanKind.GAUSSIAN:
             return _dp.GaussianDpEvent(noise)
-        if self.kind is PlanKind.SUBSAMPLED_GAUSSIAN:
+        if self.kind in (PlanKind.SUBSAMPLED_GAUSSIAN, PlanKind.DP_SGD):
             return _dp.PoissonSampledDpEvent(self.sampling_probability,
                                              _dp.GaussianDpEvent(noise))
         if self.kind is PlanKind.RANDOMIZED_RESPONSE:
+            # P[any given bucket] = p/k with p = k / (e^eps + k - 1), written with e^-eps so
+            # that it neither overflows nor loses precision for large eps (<= 700).
             k = self.num_classes
-            return _dp.RandomizedResponseDpEvent(k / (math.exp(noise) + k - 1), k)
+            return _dp.RandomizedResponseDpEvent(
+                k * math.exp(-noise) / (1.0 + (k - 1) * math.exp(-noise)), k)
         return ShuffledLocalDpEvent(noise, self.num_users)
 
     def neighboring_relation(self) -> NeighboringRelation:
         """Poisson subsampling is analysed under add/remove-one; everything else replace-one."""
-        if self.kind is PlanKind.SUBSAMPLED_GAUSSIAN:
+        if self.kind in (PlanKind.SUBSAMPLED_GAUSSIAN, PlanKind.DP_SGD):
             return NeighboringRelation.ADD_OR_REMOVE_ONE
         return NeighboringRelation.REPLACE_ONE
 
@@ -139,6 +196,10 @@ class BudgetRow:
     solved: float | None = None
 
 
+class _NotApplicableError(Exception):
+    """An accountant cannot evaluate this plan; the message is the row's note."""
+
+
 def _accountant_factories(plan: Plan, delta: float) -> dict[str, Callable[..., Accountant]]:
     from dpkd_audit import accountants
 
@@ -147,16 +208,27 @@ def _accountant_factories(plan: Plan, delta: float) -> dict[str, Callable[..., A
     out: dict[str, Callable[..., Accountant]] = {
         name: getattr(accountants, name) for name in names if hasattr(accountants, name)}
     if plan.kind is PlanKind.SHUFFLE and delta > 0:  # it accounts for shuffled releases only
-        shuffle_cls = accountants.ShuffleAccountant
-        out["ShuffleAccountant"] = (
-            lambda neighboring_relation=NeighboringRelation.REPLACE_ONE:
-            shuffle_cls(delta_per_release=delta / 2, neighboring_relation=neighboring_relation))
+        out["ShuffleAccountant"] = accountants.ShuffleAccountant
     return out
 
 
 def _compose(factory: Callable[..., Accountant], plan: Plan, noise: float, queries: int,
              delta_budget: float) -> Accountant:
-    acc = factory(neighboring_relation=plan.neighboring_relation())
+    """An accountant of ``factory`` with ``queries`` releases of ``plan`` at ``noise``.
+
+    Raises:
+        _NotApplicableError: When the accountant cannot evaluate the plan (the reason is the note).
+        UnsupportedEventError: When it refuses the plan's event.
+    """
+    from dpkd_audit.accountants.shuffle import ShuffleAccountant
+
+    relation = plan.neighboring_relation()
+    if factory is ShuffleAccountant:
+        # The releases compose by basic composition: split the delta budget evenly over them.
+        acc: Accountant = ShuffleAccountant(delta_per_release=delta_budget / queries,
+                                            neighboring_relation=relation)
+    else:
+        acc = factory(neighboring_relation=relation)
     event = plan.event(noise)
     if plan.kind is PlanKind.GAUSSIAN and isinstance(acc, (PureAccountant,
                                                            AdvancedCompositionAccountant,
@@ -164,35 +236,53 @@ def _compose(factory: Callable[..., Accountant], plan: Plan, noise: float, queri
         # (eps, delta) accountants need a per-release guarantee: spend half the delta budget
         # evenly on the releases and use the exact analytic-Gaussian epsilon at that delta.
         per_delta = delta_budget / (2 * queries)
-        event = ApproxDpEvent(_gaussian_epsilon(noise, per_delta), per_delta)
+        per_epsilon = _gaussian_epsilon(noise, per_delta)
+        if not math.isfinite(per_epsilon):
+            raise _NotApplicableError(
+                f"the per-release epsilon of Gaussian noise {noise:g} at delta {per_delta:.3g} "
+                "exceeds the floating-point range")
+        event = ApproxDpEvent(per_epsilon, per_delta)
     return acc.compose(event, count=queries)
 
 
 def _gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
-    """Smallest epsilon of the exact analytic-Gaussian curve (Balle-Wang Thm 8) at ``delta``."""
+    """Smallest epsilon of the exact analytic-Gaussian curve (Balle-Wang Thm 8) at ``delta``.
+
+    Infinite when ``delta`` is 0 or the epsilon exceeds the floating-point range.
+    """
     if delta <= 0:
         return math.inf
     hi = 1.0
     while analytic_gaussian_delta(hi, noise_multiplier) > delta:
         hi *= 2
+        if hi > 1e300:
+            return math.inf
     return smallest_satisfying(lambda e: analytic_gaussian_delta(e, noise_multiplier), delta,
                                0.0, hi)
 
 
+def _check_delta_for(plan: Plan, delta: float) -> float:
+    delta = _validate.check_delta(delta)
+    if plan.kind in _GAUSSIAN_KINDS and delta == 0:
+        raise ValueError(f"delta must be in (0, 1) for a {plan.kind.value} plan (Gaussian noise "
+                         "is never pure DP, so its epsilon at delta = 0 is infinite); got 0")
+    return delta
+
+
 def budget_table(plan: Plan, *, delta: float) -> list[BudgetRow]:
     """Epsilon of ``plan`` at ``delta`` under each accountant that supports it."""
-    delta = _validate.check_delta(delta)
+    delta = _check_delta_for(plan, delta)
     if plan.noise is None or plan.queries is None:
-        raise ValueError("budget_table needs both noise and queries; use solve() for the "
+        missing = "epochs" if plan.kind is PlanKind.DP_SGD else "queries"
+        raise ValueError(f"budget_table needs both noise and {missing}; use solve() for the "
                          "inverse problem")
     rows = []
     for name, factory in _accountant_factories(plan, delta).items():
         try:
             acc = _compose(factory, plan, plan.noise, plan.queries, delta)
             eps = acc.get_epsilon(delta)
-        except UnsupportedEventError as exc:
-            rows.append(BudgetRow(accountant=name, method="-", kind="-", epsilon=None,
-                                  note=_unsupported_note(exc)))
+        except (UnsupportedEventError, _NotApplicableError) as exc:
+            rows.append(_not_applicable_row(name, exc))
             continue
         rows.append(BudgetRow(accountant=name, method=eps.method, kind=eps.kind.value,
                               epsilon=float(eps)))
@@ -201,58 +291,98 @@ def budget_table(plan: Plan, *, delta: float) -> list[BudgetRow]:
 
 def solve(plan: Plan, *, target_epsilon: float, delta: float,
           max_queries: int = 10**7) -> list[BudgetRow]:
-    """Solve ``plan`` for its missing scalar (noise or queries) under each accountant."""
+    """Solve ``plan`` for its missing scalar (noise, or queries / epochs) under each accountant.
+
+    Args:
+        plan: The plan with exactly one of ``noise`` and ``queries`` (``epochs`` for DP-SGD).
+        target_epsilon: The budget (> 0).
+        delta: Target delta, in [0, 1) ((0, 1) for Gaussian plans).
+        max_queries: Largest number of queries (steps for DP-SGD) considered.
+
+    Returns:
+        One row per accountant: the solved value (the largest count, or the noise with
+        the smallest privacy cost's complement) and its epsilon, or "n/a" with the reason.
+    """
     target_epsilon = _validate.check_epsilon(target_epsilon, "target_epsilon")
-    delta = _validate.check_delta(delta)
+    delta = _check_delta_for(plan, delta)
+    count = "epochs" if plan.kind is PlanKind.DP_SGD else "queries"
     if (plan.noise is None) == (plan.queries is None):
-        raise ValueError("give exactly one of noise and queries; the other is solved for")
+        raise ValueError(f"give exactly one of noise and {count}; the other is solved for")
     rows = []
     for name, factory in _accountant_factories(plan, delta).items():
         try:
             if plan.noise is None:
-                queries = plan.queries
-                # calibrate_noise wants "larger = more private": for plans whose parameter is a
-                # local epsilon, calibrate its inverse and report the largest epsilon that fits
-                invert = plan.kind in _EPSILON_PARAMETER
-
-                def build(t: float, factory=factory, queries=queries,
-                          invert=invert) -> Accountant:
-                    return _compose(factory, plan, 1.0 / t if invert else t, queries, delta)
-
-                build(1.0)  # raises UnsupportedEventError early
-                t = calibration.calibrate_noise(
-                    build, target_epsilon=target_epsilon, target_delta=delta,
-                    lower=1e-2 if invert else 1e-4, upper=1e7, rtol=1e-5)
-                eps = build(t).get_epsilon(delta)
-                value: float = 1.0 / t if invert else t
+                value, eps = _solve_noise(factory, plan, target_epsilon, delta)
             else:
-                noise = plan.noise
-
-                def build_q(k: int, factory=factory, noise=noise) -> Accountant:
-                    return _compose(factory, plan, noise, k, delta)
-
-                build_q(1)
-                value = calibration.max_queries(build_q, target_epsilon=target_epsilon,
-                                                target_delta=delta, upper=max_queries)
-                eps = build_q(max(1, int(value))).get_epsilon(delta)
-        except UnsupportedEventError as exc:
-            rows.append(BudgetRow(accountant=name, method="-", kind="-", epsilon=None,
-                                  note=_unsupported_note(exc)))
+                value, eps = _solve_count(factory, plan, target_epsilon, delta, max_queries)
+        except (UnsupportedEventError, _NotApplicableError) as exc:
+            rows.append(_not_applicable_row(name, exc))
             continue
         except calibration.CalibrationError as exc:
             rows.append(BudgetRow(accountant=name, method="-", kind="-", epsilon=None,
                                   note=_short(str(exc))))
             continue
-        note = "" if value else "not even one query fits"
+        if eps is None:
+            rows.append(BudgetRow(accountant=name, method="-", kind="-", epsilon=None,
+                                  solved=value, note=f"not even one of the {count} fits"))
+            continue
         rows.append(BudgetRow(accountant=name, method=eps.method, kind=eps.kind.value,
-                              epsilon=float(eps) if value else None, solved=value, note=note))
+                              epsilon=float(eps), solved=value))
     return rows
 
 
-def _unsupported_note(exc: UnsupportedEventError) -> str:
-    name = type(exc.event).__name__ if exc.event is not None else "event"
-    return _short(f"does not support {name}" + (f": {exc.reason}" if exc.reason else ""))
+#: Search range of the noise parameter (Laplace scale, sigma, ...) when solving for it.
+NOISE_RANGE = (1e-4, 1e7)
+#: Search range of the local epsilon (randomized response, shuffle) when solving for it.
+LOCAL_EPSILON_RANGE = (1e-7, 100.0)
 
 
-def _short(text: str, limit: int = 90) -> str:
+def _solve_noise(factory: Callable[..., Accountant], plan: Plan, target_epsilon: float,
+                 delta: float) -> tuple[float, Any]:
+    queries = plan.queries
+    # calibrate_noise wants "larger = more private": for plans whose parameter is a local
+    # epsilon, calibrate its inverse and report the largest epsilon that fits.
+    invert = plan.kind in _EPSILON_PARAMETER
+    lower, upper = ((1.0 / LOCAL_EPSILON_RANGE[1], 1.0 / LOCAL_EPSILON_RANGE[0]) if invert
+                    else NOISE_RANGE)
+
+    def build(t: float) -> Accountant:
+        return _compose(factory, plan, 1.0 / t if invert else t, queries, delta)
+
+    build(upper)  # raises UnsupportedEventError / _NotApplicableError early
+    try:
+        t = calibration.calibrate_noise(build, target_epsilon=target_epsilon,
+                                        target_delta=delta, lower=lower, upper=upper,
+                                        rtol=1e-5)
+    except calibration.CalibrationError:
+        what = (f"no local epsilon >= {LOCAL_EPSILON_RANGE[0]:g}" if invert
+                else f"no noise <= {NOISE_RANGE[1]:g}")
+        raise _NotApplicableError(f"{what} reaches epsilon {target_epsilon:g} at delta {delta:g}"
+                             ) from None
+    return (1.0 / t if invert else t), build(t).get_epsilon(delta)
+
+
+def _solve_count(factory: Callable[..., Accountant], plan: Plan, target_epsilon: float,
+                 delta: float, max_queries: int) -> tuple[float, Any]:
+    noise, unit = plan.noise, plan.steps_per_epoch
+
+    def build(k: int) -> Accountant:
+        return _compose(factory, plan, noise, k * unit, delta)
+
+    build(1)  # raises UnsupportedEventError / _NotApplicableError early
+    value = calibration.max_queries(build, target_epsilon=target_epsilon, target_delta=delta,
+                                    upper=max(1, max_queries // unit))
+    return value, (build(value).get_epsilon(delta) if value else None)
+
+
+def _not_applicable_row(name: str, exc: Exception) -> BudgetRow:
+    if isinstance(exc, UnsupportedEventError):
+        event = type(exc.event).__name__ if exc.event is not None else "event"
+        note = f"does not support {event}" + (f": {exc.reason}" if exc.reason else "")
+    else:
+        note = str(exc)
+    return BudgetRow(accountant=name, method="-", kind="-", epsilon=None, note=_short(note))
+
+
+def _short(text: str, limit: int = 110) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."

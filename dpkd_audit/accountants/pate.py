@@ -1101,7 +1101,12 @@ class PATEAccountant(Accountant):
 
         Returns:
             DATA_DEPENDENT epsilon when votes lowered it (by more than a relative 1e-9), else
-            the data-independent UPPER_BOUND.
+            the data-independent UPPER_BOUND. It can be exactly 0: with strong consensus the
+            data-dependent RDP rho is tiny at some order, and the Bretagnolle-Huber bound
+            delta(0) = TV <= sqrt(1 - e^(-rho)) (see
+            :func:`dpkd_audit.accountants.rdp_conversion.epsilon_from_rdp`) is then already
+            below ``target_delta``, so epsilon = 0 is certified at that delta (not "no cost":
+            the delta is spent).
         """
         target_delta = _validate.check_probability("target_delta", target_delta)
         if self._non_private:

@@ -7,14 +7,18 @@ curve (Meiser-Mohammadi 2018; Sommer-Meiser-Mohammadi 2019; Koskela-Jalko-Honkel
 backend is ``dp_accounting.pld`` (Google) in its *pessimistic* mode, with four changes that keep
 its numerical quirks from reaching users (each measured in tests/test_accountant_pld.py):
 
-1. Finite PLDs (pure and (eps, delta) declarations, randomized response) are discretised here by
-   pessimistic connect-the-dots (Doroshenko, Ghazi, Kamath, Kumar, Manurangsi, PETS 2022,
-   Algorithm 1) on the exact curve. dp_accounting's constructors for them
-   (``from_privacy_parameters``, ``from_randomized_response``) round every atom *up* to the
-   grid, which drifts by up to one grid step per composition: 10^4 compositions of a
-   0.05123-DP event come out 0.51 too large at delta = 1e-5.
-2. k-fold compositions of a two-atom pair (every pure or (eps, delta) event) are computed
-   exactly, as a binomial (Kairouz-Oh-Viswanath 2015, Thm 3.3), then discretised once: no FFT.
+1. Finite PLDs (pure and (eps, delta) declarations, randomized response, discrete Laplace) are
+   discretised here by pessimistic connect-the-dots (Doroshenko, Ghazi, Kamath, Kumar,
+   Manurangsi, PETS 2022, Algorithm 1) on the exact curve. dp_accounting's constructors for them
+   (``from_privacy_parameters``, ``from_randomized_response``, ``from_discrete_laplace_...``)
+   round every atom *up* to the grid, which drifts by up to one grid step per composition:
+   10^4 compositions of a 0.05123-DP event come out 0.51 too large at delta = 1e-5.
+2. k-fold compositions of finite PLDs are computed exactly, then discretised once: no FFT.
+   Two-atom pairs (every pure or (eps, delta) event) as a binomial (Kairouz-Oh-Viswanath 2015,
+   Thm 3.3); PLDs whose losses lie on a lattice L Z (k-ary randomized response: +-L and 0;
+   discrete Laplace) as a power of their generating polynomial, by repeated squaring with
+   direct convolutions (:mod:`dpkd_audit.accountants.pld_exact`). 1000-fold 10-ary RR takes
+   milliseconds instead of ~10 s of FFT squaring over a 5e7-point grid.
 3. Other self-compositions use repeated squaring of dp_accounting's FFT convolution, 10-1000x
    more accurate in the tails than its one-shot FFT power ``self_compose``.
 4. Epsilon and delta are evaluated here, in log space, from the pmf: dp_accounting's evaluation
@@ -22,8 +26,9 @@ its numerical quirks from reaching users (each measured in tests/test_accountant
    FFT's negative round-off, which put epsilon *below* the exact value at small deltas (by 0.1
    at delta = 1e-12 after 3000 compositions). Negative round-off is counted as zero here.
 
-Additive noise (Laplace, Gaussian, discrete Laplace, discrete Gaussian, Poisson-subsampled
-Laplace/Gaussian) uses dp_accounting's pessimistic connect-the-dots constructors.
+Continuous and infinite-support noise (Laplace, Gaussian, discrete Gaussian, Poisson-subsampled
+Laplace/Gaussian, mixtures of Gaussians) uses dp_accounting's pessimistic connect-the-dots
+constructors.
 
 Event -> PLD (one occurrence; replace-one neighbours unless stated):
 
@@ -32,10 +37,16 @@ Event -> PLD (one occurrence; replace-one neighbours unless stated):
   Gaussian releases are merged exactly into one Gaussian with 1/s^2 = sum_i count_i / s_i^2
   (a composition of Gaussian mechanisms is a Gaussian mechanism whose shift is the Euclidean
   norm of the shifts: Dong-Roth-Su 2022, Cor. 3.3), so a million Gaussian queries cost one PLD.
-- ``DiscreteLaplaceDpEvent(a, Delta)``: ``from_discrete_laplace_mechanism(a, Delta)``.
+- ``DiscreteLaplaceDpEvent(a, Delta)``: DLap(a) at 0 vs at Delta, whose losses
+  a(|x - Delta| - |x|) take the Delta + 1 values a (Delta - 2x), x = 0..Delta (a lattice PLD;
+  the PLD of dp_accounting's ``from_discrete_laplace_mechanism(a, Delta)``, which is used for
+  Delta > 2048). Lattice powers are used where a rough cost model says they are cheaper than
+  FFT squaring (always for randomized response in practice).
 - ``DiscreteGaussianDpEvent(sigma, Delta)``: ``from_discrete_gaussian_mechanism(sigma, Delta)``,
   the exact 1-D curve of Canonne-Kamath-Steinke 2020, Thm 7 (the event's own scope).
-- ``RandomizedResponseDpEvent(p, k)``: its exact three-atom PLD (REPLACE_ONE only).
+- ``RandomizedResponseDpEvent(p, k)``: its exact three-atom PLD +-L, 0 (REPLACE_ONE only).
+  (dp_accounting 0.6.0's own ``PLDAccountant`` ignores ``count`` and ``SelfComposedDpEvent``
+  for this event: it composes one release whatever the count.)
 - pure epsilon events of this package (``PureDpEvent``, ``CollisionDpEvent``,
   ``SelectiveRandomizedResponseDpEvent``, ``ShuffledLocalDpEvent`` *without* amplification):
   binary randomized response with that epsilon, which dominates every eps-DP pair
@@ -54,6 +65,13 @@ Event -> PLD (one occurrence; replace-one neighbours unless stated):
   Gaussian release with noise multiplier sigma / sqrt(2). ``votes`` are ignored.
 - ``PoissonSampledDpEvent(q, Laplace | Gaussian)``: subsampled PLDs for ADD_OR_REMOVE_ONE only
   (the add and remove directions, Zhu-Dong-Wang 2022); refused under REPLACE_ONE.
+- ``MixtureOfGaussiansDpEvent(s, c_i, p_i)``: N(0, s^2) vs sum_i p_i N(c_i, s^2), for
+  ADD_OR_REMOVE_ONE only (the relation of the event, Choquette-Choo, Ganesh, Steinke, Thakurta
+  2023, and of dp_accounting's ``from_mixture_gaussian_mechanism``, whose REMOVE and ADD
+  directions are both composed; checked against quadrature of the hockey-stick integrals in
+  tests/test_accountant_pld_sampling.py). One sensitivity is a Gaussian release; {0, c} is the
+  Poisson-subsampled Gaussian.
+- ``SampledWithoutReplacementDpEvent``: refused (dp_accounting has no PLD for it).
 - any other event declaring an (eps, delta) through :class:`dpkd_audit.events.DeclaredGuarantee`
   goes through the (eps, delta) dominating pair.
 
@@ -68,33 +86,48 @@ Accuracy (value_discretization_interval h = 1e-4; tolerances asserted in
 tests/test_accountant_pld.py against independent references): never below an exact epsilon by
 more than 1e-8 (floating-point rounding); above it by at most 1e-8 for one Laplace or Gaussian
 release (one grid step h in the last grid cell below the largest loss) and for k-fold binary RR
-(binomial), by at most 2 k h^2 + 1e-6 for other k-fold compositions at delta >= 1e-8 (FFT
-round-off grows at smaller deltas, always on the pessimistic side in the tests: ~1e-5 at
-delta = 1e-10). ``target_delta = 0`` is answered exactly from the events
-(:meth:`PLDAccountant.pure_epsilon`). Composing k copies one by one, as one k-fold
-``SelfComposedDpEvent`` or with ``count=k`` gives identical results (the history is grouped
-before anything is computed); dp_accounting's sequential and one-shot compositions agree with
-them to 1e-8.
+(binomial), by at most h for k-fold randomized response and discrete Laplace (exact lattice
+powers; checked against exact multinomial enumeration down to delta = 1e-14 in
+tests/test_accountant_pld_lattice.py), by at most 2 k h^2 + 1e-6 for other (FFT) k-fold
+compositions at delta >= 1e-8 (FFT round-off grows at smaller deltas, always on the
+pessimistic side in the tests: ~1e-5 at delta = 1e-10). ``target_delta = 0`` is answered
+exactly from the events (:meth:`PLDAccountant.pure_epsilon`). Composing k copies one by one,
+as one k-fold ``SelfComposedDpEvent`` or with ``count=k`` gives identical results (the history
+is grouped before anything is computed); dp_accounting's sequential and one-shot compositions
+agree with them to 1e-8.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import math
 import numbers
 from collections import Counter
 from typing import Any
 
-import numpy as np
 from dp_accounting import dp_event as _dp
-from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as _pld
-from scipy import special, stats
 
 from dpkd_audit import _validate
-from dpkd_audit._privacy_math import analytic_gaussian_delta, smallest_satisfying
+from dpkd_audit._privacy_math import analytic_gaussian_delta
 from dpkd_audit.accountants.base import Accountant, BoundKind, Epsilon, NeighboringRelation
+from dpkd_audit.accountants.pld_eval import _gaussian_epsilon, _pld_delta, _pld_epsilon
+from dpkd_audit.accountants.pld_specs import (
+    _MAX_GRID_POINTS,
+    _MAX_SUBSAMPLED_GAUSSIAN_NOISE,
+    _MIN_MIXED_GAUSSIAN_NOISE,
+    _MIN_SUBSAMPLED_GAUSSIAN_NOISE,
+    _TARGET_BINS,
+    _grid_points,
+    _grid_width,
+    _hashable_mixture,
+    _is_real,
+    _lattice_atoms,
+    _lattice_is_cheaper,
+    _max_loss,
+    _Spec,
+    _spec_power,
+)
 from dpkd_audit.events import (
     ApproxDpEvent,
     BitRandomizedResponseDpEvent,
@@ -119,10 +152,6 @@ __all__ = [
 #: Default grid step of the privacy-loss values (dp_accounting's default).
 DEFAULT_VALUE_DISCRETIZATION_INTERVAL = 1e-4
 
-# Gaussian PLDs drop noise mass below e^-50 (~2e-22) into the +inf atom (pessimistic).
-_LOG_MASS_TRUNCATION = -50.0
-
-_Spec = tuple  # a hashable description of one PLD: ("kind", parameters...)
 _NON_PRIVATE: _Spec = ("non-private",)
 
 
@@ -177,314 +206,6 @@ def laplace_epsilon(delta: float, noise_multiplier: float) -> float:
     return max(0.0, 1.0 / b + 2.0 * math.log1p(-delta))
 
 
-# =========================================================================== PLD building
-
-
-#: Same threshold as dp_accounting's sparse/dense switch (pld_pmf._MAX_PMF_SPARSE_SIZE).
-_MAX_SPARSE_POINTS = 1000
-
-
-def _connect_dots(grid: np.ndarray, deltas: np.ndarray, interval: float) -> Any:
-    """Dense pessimistic PLD pmf supported on ``grid * interval`` (and +inf).
-
-    Doroshenko, Ghazi, Kamath, Kumar, Manurangsi, "Connect the Dots", PETS 2022, Algorithm 1:
-    with eps_i = grid_i * interval and delta_i the exact hockey-stick divergence at eps_i, put
-    y_{i-1} + z_i on eps_i and delta_m on +inf, where y_0 = 1 - delta_1,
-    y_i = (delta_{i+1} - delta_i)/(e^(eps_i - eps_{i+1}) - 1) and
-    z_i = (delta_{i+1} - delta_i)/(e^(eps_{i+1} - eps_i) - 1) (z_m = 0). Its hockey-stick curve
-    interpolates the exact one linearly in e^eps between grid points; the exact curve is convex
-    in e^eps (a mean of hinge functions), so the result dominates the original pair (and keeps
-    its mean loss: no per-composition drift). Same formula as dp_accounting's
-    ``create_pmf_pessimistic_connect_dots``, written with numpy (no dict of the whole range).
-    """
-    deltas = np.minimum.accumulate(np.clip(deltas, 0.0, 1.0))
-    gaps = np.diff(grid) * interval
-    steps = np.diff(deltas)
-    probs = np.concatenate([[1.0 - deltas[0]], steps / np.expm1(-gaps)])  # y_{i-1}
-    probs[:-1] += steps / np.expm1(gaps)  # z_i
-    probs = np.maximum(probs, 0.0)
-    span = int(grid[-1] - grid[0]) + 1
-    if grid.size <= _MAX_SPARSE_POINTS or span > 16 * grid.size:
-        # few or far-apart atoms (e.g. a binomial composition of large epsilons): keep sparse
-        return pld_pmf.SparsePLDPmf(dict(zip(grid.tolist(), probs.tolist(), strict=True)),
-                                    interval, float(deltas[-1]), True)
-    dense = np.zeros(span)
-    dense[grid - grid[0]] = probs
-    return pld_pmf.DensePLDPmf(interval, int(grid[0]), dense, float(deltas[-1]), True)
-
-
-def _finite_pld(losses: np.ndarray, probs: np.ndarray, infinity_mass: float,
-                interval: float) -> _pld.PrivacyLossDistribution:
-    """Pessimistic connect-the-dots PLD of a finite symmetric privacy-loss distribution.
-
-    The grid is the two grid points bracketing every atom, so the discretised curve is exact
-    at every grid point and between atoms. delta(eps) = inf_mass + sum_{L > eps} p (1 - e^(eps-L))
-    is evaluated for all grid points at once from suffix sums (p and p e^-L, the latter in log
-    space so that losses in the thousands do not underflow).
-    """
-    order = np.argsort(losses)
-    losses = np.asarray(losses, dtype=np.float64)[order]
-    probs = np.asarray(probs, dtype=np.float64)[order]
-    grid = np.unique(np.concatenate([np.floor(losses / interval),
-                                     np.ceil(losses / interval)])).astype(np.int64)
-    points = grid * interval
-    above = np.searchsorted(losses, points, side="right")  # first atom strictly above
-    mass_above = np.concatenate([np.cumsum(probs[::-1])[::-1], [0.0]])
-    with np.errstate(divide="ignore"):
-        log_terms = np.log(probs) - losses
-    log_lower = np.concatenate([np.logaddexp.accumulate(log_terms[::-1])[::-1], [-np.inf]])
-    deltas = infinity_mass + mass_above[above] - np.exp(points + log_lower[above])
-    return _pld.PrivacyLossDistribution(_connect_dots(grid, deltas, interval))
-
-
-#: Atoms of an exact binomial composition below this probability are merged (pessimistically).
-_LOG_ATOM_FLOOR = math.log(1e-30)
-
-
-@functools.lru_cache(maxsize=16)
-def _binomial_pld(epsilon: float, delta: float, count: int,
-                  interval: float) -> _pld.PrivacyLossDistribution:
-    """``count``-fold composition of the (eps, delta) dominating pair, without FFT.
-
-    One release: +inf w.p. delta, +-eps with (1 - delta) times the binary-RR weights
-    (Kairouz-Oh-Viswanath 2015, Thm 2.2). Composed: +inf w.p. 1 - (1 - delta)^count, else loss
-    (count - 2j) eps with J ~ Bin(count, 1/(1 + e^eps)) (the exact optimal composition,
-    KOV 2015, Thm 3.3). Atoms below 1e-30 are dropped pessimistically: the high-loss side to
-    +inf, the low-loss side onto the lowest kept atom. Then discretised once by connect-the-dots.
-    """
-    j = np.arange(count + 1)
-    log_p = stats.binom.logpmf(j, count, special.expit(-epsilon))  # P[loss -eps] = 1/(1+e^eps)
-    keep = np.flatnonzero(log_p >= _LOG_ATOM_FLOOR)
-    first, last = int(keep[0]), int(keep[-1])
-    probs = np.exp(log_p[first:last + 1])
-    high_tail = float(np.exp(log_p[:first]).sum())  # j < first: largest losses -> +inf
-    probs[-1] += float(np.exp(log_p[last + 1:]).sum())  # smallest losses -> up onto the last
-    # P[no +inf in count releases] = (1 - delta)^count; one release keeps delta bit for bit.
-    lost = delta if count == 1 else -math.expm1(count * math.log1p(-delta))
-    survive = 1.0 - lost
-    losses = (count - 2.0 * j[first:last + 1]) * epsilon
-    infinity = lost + survive * high_tail
-    return _finite_pld(losses, survive * probs, infinity, interval)
-
-
-def _self_compose(single: _pld.PrivacyLossDistribution,
-                  count: int) -> _pld.PrivacyLossDistribution:
-    """``count``-fold composition by repeated squaring (log2(count) FFT convolutions).
-
-    dp_accounting's ``compose`` (FFT convolution; its tail truncation moves at most 1e-15 per
-    step to +inf or onto the lowest loss, both pessimistic) applied by repeated squaring is one
-    to three orders of magnitude more accurate in the tails than its one-shot FFT power
-    ``self_compose``, at about twice the cost. Measured on 3000-fold binary RR against the exact
-    binomial: +4e-9 against +6e-7 at delta = 1e-6, +4e-5 against +5e-3 at delta = 1e-10.
-    """
-    result = None
-    base = single
-    while count:
-        if count & 1:
-            result = base if result is None else result.compose(base)
-        count >>= 1
-        if count:
-            base = base.compose(base)
-    return result
-
-
-#: Largest dense grid one event's PLD may need (8 bytes a point: 400 MB).
-_MAX_GRID_POINTS = 5e7
-
-
-def _grid_points(spec: _Spec, interval: float) -> float:
-    """Rough number of grid points of one event's PLD (losses spanned / interval).
-
-    Laplace with scale b spans [-1/b, 1/b]; the discrete Laplace a * sensitivity on each side.
-    Gaussians are not counted here: a history of Gaussians alone is answered from the exact
-    curve, and mixed histories are size-checked when the composed PLD is built. Finite
-    (randomized-response-like) PLDs are small by construction.
-    """
-    kind = spec[0]
-    if kind in ("laplace", "poisson-laplace"):
-        b = spec[1] if kind == "laplace" else spec[2]
-        return 2.0 / (b * interval) if b > 0 else math.inf
-    if kind == "discrete-laplace":
-        return 2.0 * spec[1] * spec[2] / interval
-    return 0.0
-
-
-@functools.lru_cache(maxsize=64)
-def _spec_pld(spec: _Spec, interval: float) -> _pld.PrivacyLossDistribution:
-    """The PLD of one occurrence of ``spec``, cached (PLD objects are never mutated)."""
-    return _build_spec_pld(spec, interval)
-
-
-def _build_spec_pld(spec: _Spec, interval: float) -> _pld.PrivacyLossDistribution:
-    """The PLD of one occurrence of ``spec``."""
-    kind = spec[0]
-    if kind == "binary-rr":
-        return _binomial_pld(spec[1], 0.0, 1, interval)
-    if kind == "approx-dp":
-        return _binomial_pld(spec[1], spec[2], 1, interval)
-    if kind == "randomized-response":
-        p, k = spec[1], spec[2]
-        keep = 1.0 - p + p / k  # P[report = input]; any other bucket has p/k
-        loss = math.log1p(k * (1.0 - p) / p)  # ln(keep / (p/k))
-        losses = [loss, -loss] + ([0.0] if k > 2 else [])
-        probs = [keep, p / k] + ([(k - 2) * p / k] if k > 2 else [])
-        return _finite_pld(np.array(losses), np.array(probs), 0.0, interval)
-    if kind == "laplace":
-        return _pld.from_laplace_mechanism(
-            spec[1], sensitivity=1, pessimistic_estimate=True,
-            value_discretization_interval=interval, use_connect_dots=True)
-    if kind == "gaussian":
-        return _pld.from_gaussian_mechanism(
-            spec[1], sensitivity=1, pessimistic_estimate=True,
-            value_discretization_interval=interval,
-            log_mass_truncation_bound=_LOG_MASS_TRUNCATION, use_connect_dots=True,
-            neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE)  # q = 1: shift by 1
-    if kind == "discrete-laplace":
-        return _pld.from_discrete_laplace_mechanism(
-            spec[1], sensitivity=spec[2], pessimistic_estimate=True,
-            value_discretization_interval=interval, use_connect_dots=True)
-    if kind == "discrete-gaussian":
-        return _pld.from_discrete_gaussian_mechanism(
-            spec[1], sensitivity=spec[2], pessimistic_estimate=True,
-            value_discretization_interval=interval, use_connect_dots=True)
-    if kind == "poisson-laplace":
-        return _pld.from_laplace_mechanism(
-            spec[2], sensitivity=1, pessimistic_estimate=True,
-            value_discretization_interval=interval, sampling_prob=spec[1],
-            use_connect_dots=True)
-    if kind == "poisson-gaussian":
-        return _pld.from_gaussian_mechanism(
-            spec[2], sensitivity=1, pessimistic_estimate=True,
-            value_discretization_interval=interval,
-            log_mass_truncation_bound=_LOG_MASS_TRUNCATION, sampling_prob=spec[1],
-            use_connect_dots=True, neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE)
-    raise AssertionError(f"unknown PLD spec {spec!r}")  # pragma: no cover - internal
-
-
-@functools.lru_cache(maxsize=4)  # keyed by pmf identity: the composed history's pmfs
-def _suffix_sums(pmf: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """Losses L_i, suffix masses U_i = sum_{j>=i} p_j, log W_i = log sum_{j>=i} p_j e^-L_j."""
-    if isinstance(pmf, pld_pmf.SparsePLDPmf):
-        keys = np.array(sorted(pmf._loss_probs), dtype=np.int64)
-        probs = np.array([pmf._loss_probs[k] for k in keys.tolist()], dtype=np.float64)
-        index = keys
-    else:
-        probs = np.asarray(pmf._probs, dtype=np.float64)
-        index = pmf._lower_loss + np.arange(probs.size)
-    probs = np.maximum(probs, 0.0)
-    losses = index * pmf._discretization
-    upper = np.concatenate([np.cumsum(probs[::-1])[::-1], [0.0]])
-    with np.errstate(divide="ignore"):
-        log_terms = np.log(probs) - losses
-    log_lower = np.concatenate([np.logaddexp.accumulate(log_terms[::-1])[::-1], [-np.inf]])
-    return losses, upper, log_lower, float(pmf._infinity_mass)
-
-
-def _pmf_delta(pmf: Any, epsilon: float) -> float:
-    """delta(eps) = inf_mass + sum_{L > eps} p (1 - e^(eps - L)) of one PLD pmf.
-
-    Evaluated in log space from suffix sums, with loss values computed as integer * interval
-    and negative FFT round-off entries counted as 0 (more mass: pessimistic). dp_accounting's own
-    evaluation walks the grid by repeated float addition (drift ~1e-8 over 10^6 steps), sums
-    the negative round-off (which pulled epsilon *below* the exact value at small deltas, e.g.
-    by 0.1 at delta = 1e-12 for 3000 compositions) and underflows e^-L for losses above ~745.
-    """
-    losses, upper, log_lower, infinity = _suffix_sums(pmf)
-    i = int(np.searchsorted(losses, epsilon, side="right"))
-    return infinity + max(0.0, float(upper[i] - np.exp(epsilon + log_lower[i])))
-
-
-def _pmf_epsilon(pmf: Any, delta: float) -> float:
-    """Smallest eps >= 0 with delta(eps) <= ``delta`` for one PLD pmf (inf if none).
-
-    On (L_{i-1}, L_i] the curve is inf_mass + U_i - e^eps W_i, so with i the first index whose
-    delta(L_i) fits, eps = log(inf_mass + U_i - delta) - log W_i (clipped to the interval).
-    """
-    losses, upper, log_lower, infinity = _suffix_sums(pmf)
-    if infinity > delta:
-        return math.inf
-    at_losses = infinity + upper[1:] - np.exp(losses + log_lower[1:])  # delta(L_i)
-    fits = np.flatnonzero(at_losses <= delta)
-    i = int(fits[0])  # delta(L_last) = inf_mass <= delta, so fits is never empty
-    if upper[i] + infinity - delta <= 0.0:
-        return max(0.0, float(losses[i - 1])) if i > 0 else 0.0
-    eps = math.log(upper[i] + infinity - delta) - float(log_lower[i])
-    low = float(losses[i - 1]) if i > 0 else -math.inf
-    return max(0.0, min(float(losses[i]), max(low, eps)))
-
-
-def _pld_pmfs(pld: _pld.PrivacyLossDistribution) -> list[Any]:
-    return [pld._pmf_remove] if pld._symmetric else [pld._pmf_remove, pld._pmf_add]
-
-
-def _pld_epsilon(pld: _pld.PrivacyLossDistribution, delta: float) -> float:
-    """Epsilon at ``delta`` of a PLD: the larger over its add/remove directions."""
-    return max(_pmf_epsilon(pmf, delta) for pmf in _pld_pmfs(pld))
-
-
-def _pld_delta(pld: _pld.PrivacyLossDistribution, epsilon: float) -> float:
-    """Delta at ``epsilon`` of a PLD: the larger over its add/remove directions."""
-    return max(_pmf_delta(pmf, epsilon) for pmf in _pld_pmfs(pld))
-
-
-#: Largest PLD (number of grid bins) the accountant will build.
-_MAX_BINS = 1e8
-
-
-def _gaussian_epsilon(sigma: float, delta: float) -> float:
-    """Exact epsilon of N(0, sigma^2) vs N(1, sigma^2) at ``delta`` (Balle-Wang 2018, Thm 8).
-
-    Bisection on the exact curve; the upper end of the final bracket is returned, so the
-    curve at the returned epsilon is <= ``delta`` (never below the exact epsilon).
-    """
-    if analytic_gaussian_delta(0.0, sigma) <= delta:
-        return 0.0
-    hi = 1.0
-    while analytic_gaussian_delta(hi, sigma) > delta:
-        hi *= 2.0
-    return smallest_satisfying(lambda e: analytic_gaussian_delta(e, sigma), delta, 0.0, hi,
-                               rel_tol=1e-13)
-
-
-def _max_loss(spec: _Spec) -> float:
-    """Largest finite privacy loss of one occurrence of ``spec``; inf if it is not pure DP.
-
-    A k-fold composition of pure releases has delta(eps) = 0 exactly for eps >= the sum of
-    their largest losses (and > 0 below it), so this sum is the exact epsilon at delta = 0.
-    """
-    kind = spec[0]
-    if kind == "binary-rr":
-        return spec[1]
-    if kind == "randomized-response":
-        p, k = spec[1], spec[2]
-        return math.log1p(k * (1.0 - p) / p)
-    if kind == "laplace":
-        return 1.0 / spec[1]
-    if kind == "discrete-laplace":
-        return spec[1] * spec[2]
-    if kind == "poisson-laplace":
-        q, eps0 = spec[1], 1.0 / spec[2]
-        # remove direction log(1 + q(e^eps0 - 1)), add direction -log(1 - q(1 - e^-eps0))
-        return max(math.log1p(q * math.expm1(eps0)), -math.log1p(q * math.expm1(-eps0)))
-    return math.inf
-
-
-def _spec_power(spec: _Spec, count: int, interval: float) -> _pld.PrivacyLossDistribution:
-    """PLD of ``count`` occurrences of ``spec`` (exact binomial for the two-atom pairs)."""
-    if spec[0] == "binary-rr":
-        return _binomial_pld(spec[1], 0.0, count, interval)
-    if spec[0] == "approx-dp":
-        return _binomial_pld(spec[1], spec[2], count, interval)
-    if spec[0] == "gaussian":  # the merged Gaussian changes with every compose: not cached
-        return _build_spec_pld(spec, interval)
-    single = _spec_pld(spec, interval)
-    return single if count == 1 else _self_compose(single, count)
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
 # =========================================================================== accountant
 
 
@@ -524,7 +245,7 @@ class PLDAccountant(Accountant):
             raise ValueError("value_discretization_interval must be a real number in (0, 1]; "
                              f"got {value_discretization_interval!r}")
         self._interval = interval
-        self._powers: dict[tuple[_Spec, int], _pld.PrivacyLossDistribution] = {}
+        self._powers: dict[tuple[_Spec, int, float], _pld.PrivacyLossDistribution] = {}
         self._composed: tuple[frozenset, _pld.PrivacyLossDistribution | None] | None = None
 
     @property
@@ -594,6 +315,15 @@ class PLDAccountant(Accountant):
             return self._randomized_response_specs(event)
         if isinstance(event, _dp.PoissonSampledDpEvent):
             return self._poisson_specs(event)
+        if isinstance(event, _dp.MixtureOfGaussiansDpEvent):
+            return self._mixture_specs(event)
+        if isinstance(event, _dp.SampledWithoutReplacementDpEvent):
+            raise self._unsupported(
+                event, "no privacy loss distribution is verified for sampling without "
+                       "replacement: dp_accounting's PLD has none (its PLDAccountant refuses "
+                       "this event), and the amplification (a fixed-size batch, replace-one "
+                       "neighbours; Balle-Barthe-Gaboardi 2018) is not implemented here. Use "
+                       "RDPAccountant, or PoissonSampledDpEvent with ADD_OR_REMOVE_ONE")
         if isinstance(event, DeclaredGuarantee):
             eps, delta = event.guarantee()
             return [self._declared_spec(float(eps), float(delta))]
@@ -650,7 +380,81 @@ class PLDAccountant(Accountant):
             return [(_NON_PRIVATE, 1)]
         if q == 1:
             return [((kind, noise), 1)]
+        if kind == "gaussian" and noise > _MAX_SUBSAMPLED_GAUSSIAN_NOISE:
+            # The hockey-stick divergence is jointly convex, so the subsampled pair
+            # ((1 - q) P + q Q, P) is dominated by (Q, P): the unsubsampled Gaussian is an
+            # upper bound (a negligible loss of tightness at this noise; dp_accounting's
+            # subsampled construction overflows there).
+            return [((kind, noise), 1)]
+        if kind == "gaussian" and noise < _MIN_SUBSAMPLED_GAUSSIAN_NOISE:
+            raise self._unsupported(
+                event, f"a subsampled Gaussian with noise multiplier {noise:g} < "
+                       f"{_MIN_SUBSAMPLED_GAUSSIAN_NOISE:g} needs a PLD too costly to build "
+                       "(its epsilon is in the hundreds or more); use RDPAccountant")
         return [((f"poisson-{kind}", float(q), noise), 1)]
+
+    def _mixture_specs(self, event: _dp.MixtureOfGaussiansDpEvent) -> list[tuple[_Spec, int]]:
+        """N(0, s^2) vs sum_i p_i N(c_i, s^2) (Choquette-Choo, Ganesh, Steinke, Thakurta 2023).
+
+        Defined for add/remove neighbours (dp_accounting's ``MixtureGaussianPrivacyLoss``: the
+        REMOVE and ADD directions). One sensitivity c is the Gaussian mechanism with noise
+        multiplier s/c; sensitivities {0, c} with probabilities {1 - q, q} are the
+        Poisson-subsampled Gaussian (q, s/c) (the same PLD in dp_accounting); both are mapped
+        to those specs (exact). Zero-probability components are dropped.
+        """
+        if self.neighboring_relation is not NeighboringRelation.ADD_OR_REMOVE_ONE:
+            raise self._unsupported(
+                event, "the mixture of Gaussians mechanism (one neighbour gives N(0, s^2), the "
+                       "other the mixture) is defined for add/remove neighbours, as in "
+                       "dp_accounting's PLD; construct "
+                       "PLDAccountant(NeighboringRelation.ADD_OR_REMOVE_ONE) (this accountant "
+                       f"uses {self.neighboring_relation.name})")
+        sigma = self._nonnegative(event, "standard_deviation", event.standard_deviation)
+        sens, probs = self._mixture_components(event)
+        positive = [(c, p) for c, p in zip(sens, probs, strict=True) if p > 0]
+        if max(c for c, _ in positive) == 0.0:
+            return []  # the sensitive record never moves the output
+        if sigma == 0.0:
+            return [(_NON_PRIVATE, 1)]
+        if len(positive) == 1:
+            return [(("gaussian", sigma / positive[0][0]), 1)]
+        if len(positive) == 2 and positive[0][0] == 0.0:
+            return [(("poisson-gaussian", positive[1][1], sigma / positive[1][0]), 1)]
+        return [(("mixture-gaussian", sigma, tuple(c for c, _ in positive),
+                  tuple(p for _, p in positive)), 1)]
+
+    def _mixture_components(self, event: _dp.MixtureOfGaussiansDpEvent
+                            ) -> tuple[list[float], list[float]]:
+        """Validated (sensitivities, sampling_probs), merged and sorted by sensitivity."""
+        try:
+            sens, probs = list(event.sensitivities), list(event.sampling_probs)
+        except TypeError:
+            raise self._unsupported(event, "sensitivities and sampling_probs must be "
+                                           "sequences of real numbers") from None
+        if not sens or len(sens) != len(probs):
+            raise self._unsupported(event, "sensitivities and sampling_probs must be non-empty "
+                                           f"and of equal length; got {len(sens)} and "
+                                           f"{len(probs)}")
+        if not all(_is_real(c) and math.isfinite(c) and c >= 0 for c in sens):
+            raise self._unsupported(event, "sensitivities must be finite real numbers >= 0; "
+                                           f"got {sens!r}")
+        if not all(_is_real(p) and 0 <= p <= 1 for p in probs):
+            raise self._unsupported(event, f"sampling_probs must be in [0, 1]; got {probs!r}")
+        if not math.isclose(math.fsum(probs), 1.0, rel_tol=1e-9):
+            raise self._unsupported(event, "sampling_probs must sum to 1; got sum "
+                                           f"{math.fsum(probs)!r}")
+        merged: dict[float, float] = {}  # equal sensitivities are one component
+        for c, p in zip(sens, probs, strict=True):
+            merged[float(c)] = merged.get(float(c), 0.0) + float(p)
+        ordered = sorted(merged.items())
+        return [c for c, _ in ordered], [p for _, p in ordered]
+
+    def _collect(self, event: _dp.DpEvent, count: int, out: Counter) -> None:
+        # dp_accounting's MixtureOfGaussiansDpEvent is usually built from lists (unhashable):
+        # store it with tuples so that it can be counted like every other event.
+        if isinstance(event, _dp.MixtureOfGaussiansDpEvent):
+            event = _hashable_mixture(event)
+        super()._collect(event, count, out)
 
     # ------------------------------------------------------------------ composition
     def _grouped_specs(self) -> Counter:
@@ -662,10 +466,12 @@ class PLDAccountant(Accountant):
         if len(gaussian) > 1 or (gaussian and gaussian[0][1] > 1):
             # Dong-Roth-Su 2022, Cor. 3.3: composing Gaussian mechanisms with shifts 1/s_i is
             # the Gaussian mechanism with shift sqrt(sum 1/s_i^2) (exact).
-            inverse_square = math.fsum(n / spec[1] ** 2 for spec, n in gaussian)
+            # Scaled by the smallest s so that s^2 neither underflows nor overflows.
+            smallest = min(spec[1] for spec, _ in gaussian)
+            scaled = math.fsum(n * (smallest / spec[1]) ** 2 for spec, n in gaussian)
             for spec, _ in gaussian:
                 del totals[spec]
-            totals[("gaussian", 1.0 / math.sqrt(inverse_square))] += 1
+            totals[("gaussian", smallest / math.sqrt(scaled))] += 1
         return totals
 
     def _only_gaussian(self) -> float | None:
@@ -689,22 +495,53 @@ class PLDAccountant(Accountant):
         totals = self._grouped_specs()
         composed = None
         if _NON_PRIVATE not in totals:
-            powers: dict[tuple[_Spec, int], _pld.PrivacyLossDistribution] = {}
+            interval = self.effective_interval()
+            powers: dict[tuple[_Spec, int, float], _pld.PrivacyLossDistribution] = {}
             for spec, n in sorted(totals.items(), key=repr):
-                if spec[0] == "gaussian" and 20.0 / (spec[1] * self._interval) > _MAX_BINS:
-                    raise ValueError(
-                        f"the composed Gaussian releases (noise multiplier {spec[1]:.3g}) need "
-                        f"a PLD of ~{20.0 / (spec[1] * self._interval):.2g} bins with "
-                        f"value_discretization_interval={self._interval!r}; their epsilon is "
-                        "in the hundreds or more: use a larger value_discretization_interval")
-                power = self._powers.get((spec, n))
+                largest = n * _max_loss(spec) / interval
+                if math.isfinite(largest) and largest > 1e18:
+                    raise self._unsupported(
+                        next(e for e in self._counts if any(
+                            sp == spec for sp, _ in self._specs(e))),
+                        f"its {n} releases reach privacy losses of {n * _max_loss(spec):.3g}, "
+                        f"beyond the PLD grid's integer range at interval {interval:g} (the "
+                        "pure epsilon, which every other accountant reports, is exact there)")
+                if spec[0] == "gaussian" and spec[1] < _MIN_MIXED_GAUSSIAN_NOISE:
+                    raise self._unsupported(
+                        next(e for e in self._counts if isinstance(e, _dp.GaussianDpEvent)),
+                        f"the Gaussian releases (merged noise multiplier {spec[1]:.3g} < "
+                        f"{_MIN_MIXED_GAUSSIAN_NOISE:g}) composed with other events need a "
+                        "PLD too costly to build (their epsilon is in the thousands); use "
+                        "RDPAccountant")
+                power = self._powers.get((spec, n, interval))
                 if power is None:
-                    power = _spec_power(spec, n, self._interval)
-                powers[(spec, n)] = power
+                    power = _spec_power(spec, n, interval)
+                powers[(spec, n, interval)] = power
                 composed = power if composed is None else composed.compose(power)
             self._powers = powers  # keep only what the current history uses
         self._composed = (key, composed)
         return composed
+
+    def effective_interval(self) -> float:
+        """The grid step the composed PLD of the current history is built with.
+
+        ``value_discretization_interval``, enlarged where building the history's PLD by FFT
+        would take more than about ``_TARGET_BINS`` grid points (e.g. a thousand Laplace
+        releases of scale 0.5): see :func:`_grid_width`. A coarser grid is still pessimistic
+        (every value stays an upper bound), only less tight: the k-fold error bound 2 k h^2 of
+        the module docstring holds with h = this interval.
+        """
+        if self._non_private:
+            return self._interval
+        totals = self._grouped_specs()
+        if len(totals) == 1:
+            (spec, n), = totals.items()
+            if spec[0] in ("binary-rr", "approx-dp") or (
+                    (atoms := _lattice_atoms(spec)) is not None
+                    and _lattice_is_cheaper(atoms, n, self._interval)):
+                return self._interval  # an exact power, discretised once: no FFT grid
+        width = math.fsum(_grid_width(spec, n) for spec, n in totals.items())
+        return max(self._interval, width / _TARGET_BINS)
 
     def event_pld(self, event: _dp.DpEvent, count: int = 1) -> _pld.PrivacyLossDistribution:
         """The pessimistic PLD of ``count`` occurrences of ``event`` alone (for inspection).

@@ -90,32 +90,74 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Plan fields and the ``dpkd budget`` flags that set them (errors name the flag).
+_BUDGET_FLAGS = {
+    "target_epsilon": "--target-epsilon", "sampling_probability": "--sampling-probability",
+    "num_classes": "--classes", "num_users": "--users", "dataset_size": "--dataset-size",
+    "batch_size": "--batch-size", "epochs": "--epochs", "queries": "--queries",
+    "noise": "--noise", "delta": "--delta",
+}
+
+
+def _flag_names(message: str) -> str:
+    """Name the command's flag where an error message starts with a plan parameter's name."""
+    name = message.split(" ", 1)[0]
+    return _BUDGET_FLAGS[name] + message[len(name):] if name in _BUDGET_FLAGS else message
+
+
 def _cmd_budget(args: argparse.Namespace) -> int:
+    try:
+        return _budget(args)
+    except ValueError as exc:
+        raise ValueError(_flag_names(str(exc))) from None
+
+
+def _budget(args: argparse.Namespace) -> int:
     from dpkd_audit.accountants.budget import NOISE_MEANING, Plan, PlanKind, budget_table, solve
 
     kind = PlanKind(args.mechanism)
+    sgd = kind is PlanKind.DP_SGD
+    if sgd and args.queries is not None:
+        raise ValueError("--queries is derived for dp-sgd (epochs x ceil(dataset_size / "
+                         "batch_size) steps): give --epochs instead")
+    if not sgd:
+        for name in ("dataset_size", "batch_size", "epochs"):
+            if getattr(args, name) is not None:
+                raise ValueError(f"--{name.replace('_', '-')} applies only to the dp-sgd plan; "
+                                 f"got {kind.value}")
     plan = Plan(kind=kind, noise=args.noise, queries=args.queries,
                 sampling_probability=args.sampling_probability, num_classes=args.classes,
-                num_users=args.users)
+                num_users=args.users, dataset_size=args.dataset_size,
+                batch_size=args.batch_size, epochs=args.epochs)
+    count = "epochs" if sgd else "queries"
+    given_count = args.epochs if sgd else args.queries
     if args.target_epsilon is None:
-        if args.noise is None or args.queries is None:
-            raise ValueError("give --noise and --queries (or --target-epsilon and one of them)")
+        if args.noise is None or given_count is None:
+            raise ValueError(f"give --noise and --{count} (or --target-epsilon and one of "
+                             "them)")
         rows = budget_table(plan, delta=args.delta)
         solved_name = None
     else:
         rows = solve(plan, target_epsilon=args.target_epsilon, delta=args.delta)
-        solved_name = "noise" if args.noise is None else "queries"
+        solved_name = "noise" if args.noise is None else count
+    plan_record = {"mechanism": kind.value, "noise": args.noise,
+                   "noise_meaning": NOISE_MEANING[kind], "queries": plan.queries,
+                   "sampling_probability": plan.sampling_probability,
+                   "classes": args.classes, "users": args.users}
+    if sgd:
+        plan_record.update(dataset_size=args.dataset_size, batch_size=args.batch_size,
+                           epochs=args.epochs, steps_per_epoch=plan.steps_per_epoch)
     if args.json:
         print(json.dumps({
-            "plan": {"mechanism": kind.value, "noise": args.noise, "noise_meaning":
-                     NOISE_MEANING[kind], "queries": args.queries,
-                     "sampling_probability": args.sampling_probability,
-                     "classes": args.classes, "users": args.users},
-            "delta": args.delta, "target_epsilon": args.target_epsilon, "solved": solved_name,
-            "rows": [dataclasses.asdict(r) for r in rows]}, indent=2))
+            "plan": plan_record, "delta": args.delta, "target_epsilon": args.target_epsilon,
+            "solved": solved_name, "rows": [dataclasses.asdict(r) for r in rows]}, indent=2))
         return 0
     what = (f"{kind.value}, noise={args.noise if args.noise is not None else '?'} "
-            f"({NOISE_MEANING[kind]}), queries={args.queries if args.queries else '?'}")
+            f"({NOISE_MEANING[kind]}), {count}="
+            f"{given_count if given_count is not None else '?'}")
+    if sgd:
+        what += (f", {args.dataset_size} records, batch {args.batch_size} "
+                 f"(q = {plan.sampling_probability:.6g}, {plan.steps_per_epoch} steps/epoch)")
     print(f"plan: {what}; delta={args.delta:g}")
     headers = ["accountant", "method", "bound", "epsilon"]
     if solved_name:
@@ -232,19 +274,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "budget", help="epsilon of a plan under every accountant, or solve it for noise/queries",
         description="Epsilon of a plan before a run, by accountant (method, bound kind, value). "
-                    "With --target-epsilon, leave out --noise or --queries to solve for it.")
+                    "With --target-epsilon, leave out --noise or --queries (--epochs for "
+                    "dp-sgd) to solve for it. dp-sgd: --dataset-size N --batch-size B --epochs "
+                    "E --noise SIGMA, Poisson sampling at 1/ceil(N/B) under add/remove-one, "
+                    "as Opacus accounts a DataLoader(batch_size=B).")
     p.add_argument("mechanism", choices=[k.value for k in _plan_kinds()],
                    help="what each query releases")
     p.add_argument("--noise", type=_positive_float,
                    help="noise parameter: Laplace scale / sensitivity, Gaussian sigma / "
                         "sensitivity, noisy-max Laplace scale, or local epsilon0 (RR, shuffle)")
-    p.add_argument("--queries", type=int, help="number of queries (steps for SGD)")
+    p.add_argument("--queries", type=int, help="number of queries (steps of a subsampled "
+                                                 "Gaussian)")
     p.add_argument("--delta", type=float, default=1e-5, help="target delta (default 1e-5)")
     p.add_argument("--target-epsilon", type=_positive_float,
                    help="solve for the missing --noise or --queries")
     p.add_argument("--sampling-probability", type=float, help="Poisson rate q (SGD)")
     p.add_argument("--classes", type=int, default=10, help="classes (noisy max, RR)")
     p.add_argument("--users", type=int, help="number of users n (shuffle)")
+    p.add_argument("--dataset-size", type=int, help="records N (dp-sgd)")
+    p.add_argument("--batch-size", type=int,
+                   help="expected batch size B (dp-sgd; Poisson rate 1/ceil(N/B), as Opacus)")
+    p.add_argument("--epochs", type=int, help="epochs (dp-sgd)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_budget)
 
