@@ -366,6 +366,11 @@ def _delta_bound(epsilon: float, epsilon0: float, window: _Window) -> float:
     return _window_sum(epsilon, epsilon0, window) + _tail_charge(epsilon, epsilon0, window)
 
 
+#: Largest number of users the numerical bound is evaluated for (its window of ~17 sqrt(n)
+#: clone counts takes ~64 MB at 10^12); above it :func:`numerical_epsilon` uses the closed form.
+MAX_NUMERICAL_USERS = 10**12
+
+
 def _check_shuffle_args(epsilon0: float, n: int) -> tuple[float, int]:
     return (_validate.check_epsilon(epsilon0, "epsilon0"),
             _validate.check_int("n", n, minimum=1))
@@ -383,7 +388,7 @@ def numerical_delta(epsilon0: float, n: int, epsilon: float) -> float:
 
     Args:
         epsilon0: Pure epsilon of the local randomizer (finite, > 0).
-        n: Number of users, each contributing one report (an integer >= 1).
+        n: Number of users, each contributing one report (an integer in [1, 10^12]).
         epsilon: Central epsilon (a real number >= 0).
 
     Returns:
@@ -396,6 +401,9 @@ def numerical_delta(epsilon0: float, n: int, epsilon: float) -> float:
     epsilon = float(epsilon)
     if epsilon >= epsilon0:
         return 0.0  # the local reports alone are epsilon0-DP
+    if n > MAX_NUMERICAL_USERS:
+        raise ValueError(f"n must be <= {MAX_NUMERICAL_USERS:.0e} for the numerical delta (its "
+                         f"window of ~17 sqrt(n) clone counts would not fit in memory); got {n}")
     if epsilon0 > _MAX_AMPLIFIED_LOCAL_EPSILON:
         # C = 0 almost surely (P[C > 0] < n e^-700): the pair is randomized response.
         return min(1.0, _one_user_divergence(epsilon, epsilon0) + n * math.exp(-epsilon0))
@@ -437,6 +445,13 @@ def numerical_epsilon(epsilon0: float, n: int, delta: float) -> float:
     """
     epsilon0, n = _check_shuffle_args(epsilon0, n)
     delta = _validate.check_delta(delta, allow_zero=False)
+    if n > MAX_NUMERICAL_USERS:
+        # The window of ~17 sqrt(n) clone counts no longer fits in memory. Both answers below
+        # are valid upper bounds: the closed form where Theorem 3.1 applies, else no
+        # amplification.
+        if epsilon0 <= closed_form_max_local_epsilon(n, delta):
+            return min(epsilon0, closed_form_epsilon(epsilon0, n, delta))
+        return epsilon0
     return _numerical_epsilon(epsilon0, n, delta)
 
 

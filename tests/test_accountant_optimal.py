@@ -159,3 +159,25 @@ def test_large_count_matches_the_normal_approximation():
         gdp = (stats.norm.cdf(-target_eps / mu + mu / 2)
                - math.exp(target_eps) * stats.norm.cdf(-target_eps / mu - mu / 2))
         assert acc.get_delta(target_eps) == pytest.approx(gdp, rel=0.05)
+
+
+def test_counts_beyond_the_exact_range_are_refused_by_name_and_state_kept():
+    from dpkd_audit.accountants import PLDAccountant, UnsupportedEventError
+    from dpkd_audit.accountants.binomial import MAX_EXACT_COUNT
+
+    for make in (OptimalCompositionAccountant, PLDAccountant):
+        acc = make().compose(PureDpEvent(1e-4), count=MAX_EXACT_COUNT)
+        before = float(acc.get_epsilon(1e-5))
+        with pytest.raises(UnsupportedEventError, match="PureDpEvent"):
+            acc.compose(PureDpEvent(1e-4))
+        assert float(acc.get_epsilon(1e-5)) == before
+
+
+def test_huge_counts_agree_between_optimal_and_pld():
+    # 10^9 releases: both window the binomial; optimal carries its rounding margin (~7e-5
+    # relative in delta at this k), the PLD its grid (exact at grid points, 1e-4 apart).
+    from dpkd_audit.accountants import PLDAccountant
+
+    opt = float(OptimalCompositionAccountant().compose(PureDpEvent(1e-4), 10**9).get_epsilon(1e-5))
+    pld = float(PLDAccountant().compose(PureDpEvent(1e-4), 10**9).get_epsilon(1e-5))
+    assert pld == pytest.approx(opt, rel=1e-5)

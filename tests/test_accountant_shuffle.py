@@ -507,3 +507,18 @@ def test_accountant_rejects_bad_bound_and_relation():
         acc.get_epsilon(2.0)
     with pytest.raises(ValueError, match="target_epsilon"):
         acc.get_delta(-1.0)
+
+
+def test_beyond_the_numerical_range_the_closed_form_or_no_amplification():
+    from dpkd_audit._shuffle_math import MAX_NUMERICAL_USERS
+
+    n = 2**63
+    assert n > MAX_NUMERICAL_USERS
+    start = time.perf_counter()
+    eps = numerical_epsilon(1.0, n, 1e-6)
+    assert time.perf_counter() - start < 1.0
+    assert eps == closed_form_epsilon(1.0, n, 1e-6)
+    # outside the closed form's validity: no amplification is claimed
+    assert numerical_epsilon(60.0, MAX_NUMERICAL_USERS + 1, 1e-6) == 60.0
+    with pytest.raises(ValueError, match="n must be"):
+        numerical_delta(1.0, n, 0.5)

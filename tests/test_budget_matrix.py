@@ -153,3 +153,19 @@ def test_cli_extreme_noise_gives_rows(capsys):
     assert main(["budget", "laplace", "--noise", "1e-300", "--queries", "10"]) == 0
     out = capsys.readouterr().out
     assert "OptimalCompositionAccountant" in out and "1e+301" in out
+
+
+def test_astronomical_counts_and_targets_are_bounded():
+    # 10^20 queries: the exact accountants refuse by name, the others answer, quickly
+    start = time.perf_counter()
+    rows = {r.accountant: r for r in budget_table(make_plan(PlanKind.LAPLACE, 1.0, 10**20),
+                                                  delta=1e-5)}
+    assert rows["PureAccountant"].epsilon == pytest.approx(1e20)
+    assert rows["RDPAccountant"].epsilon < 1e20
+    assert "1e+12" in rows["OptimalCompositionAccountant"].note
+    assert "PLD grid" in rows["PLDAccountant"].note
+    # a target of 1e300 stops at the query search's limit, and says so
+    rows = solve(make_plan(PlanKind.LAPLACE, 1.0, None), target_epsilon=1e300, delta=1e-5,
+                 max_queries=1000)
+    assert all(r.solved == 1000 and "stops at" in r.note for r in rows)
+    assert time.perf_counter() - start < LIMIT

@@ -120,6 +120,7 @@ class Accountant(abc.ABC):
         """
         count = _validate.check_int("count", count, minimum=1)
         leaves = self._leaves(event, count)  # phase 1: check everything, mutate nothing
+        self._check_totals(leaves)
         for leaf, n in leaves.items():  # phase 2: mutate
             if isinstance(leaf, _dp.NonPrivateDpEvent):
                 self._non_private = True
@@ -128,6 +129,14 @@ class Accountant(abc.ABC):
         if leaves:
             self._on_compose(leaves)
         return self
+
+    def _check_totals(self, leaves: Counter[_dp.DpEvent]) -> None:
+        """Phase-1 hook: refuse ``leaves`` the accountant cannot compute exactly.
+
+        Raises ``UnsupportedEventError`` if adding ``leaves`` (with their counts) to the history
+        would leave the range the accountant computes exactly (no-op by default).
+        """
+        return None
 
     def _on_compose(self, leaves: Counter[_dp.DpEvent]) -> None:
         """Hook run after phase 2 with the composed leaves; must not fail (no-op by default)."""

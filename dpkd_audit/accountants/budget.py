@@ -326,8 +326,12 @@ def solve(plan: Plan, *, target_epsilon: float, delta: float,
             rows.append(BudgetRow(accountant=name, method="-", kind="-", epsilon=None,
                                   solved=value, note=f"not even one of the {count} fits"))
             continue
+        limit = plan.noise is not None and value * plan.steps_per_epoch >= max_queries - (
+            plan.steps_per_epoch - 1)
         rows.append(BudgetRow(accountant=name, method=eps.method, kind=eps.kind.value,
-                              epsilon=float(eps), solved=value))
+                              epsilon=float(eps), solved=value,
+                              note=f"the search stops at {max_queries:.0e} queries" if limit
+                              else ""))
     return rows
 
 

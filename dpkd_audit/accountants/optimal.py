@@ -52,14 +52,17 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 from dpkd_audit import _validate
 from dpkd_audit.accountants.base import BoundKind, Epsilon, NeighboringRelation
+from dpkd_audit.accountants.binomial import MAX_EXACT_COUNT, binomial_window
 from dpkd_audit.accountants.guarantees import GuaranteeAccountant, check_target_epsilon
+from dpkd_audit.accountants.pure import event_guarantee
 
 __all__ = [
     "METHOD_OPTIMAL",
@@ -105,18 +108,9 @@ def _group_atoms(eps: float, k: int, budget: float) -> _Atoms:
     ``budget`` > 0, atoms of total mass <= ``budget`` may be dropped (returned as ``dropped``).
     """
     if budget > 0 and k + 1 > _WINDOW_ABOVE:
-        p = float(special.expit(-eps))  # P[a coordinate takes its less likely value]
-        # Both tails from lower quantiles (scipy's isf cannot resolve q ~ 1e-31): the upper
-        # tail of J ~ Bin(k, p) is the lower tail of k - J ~ Bin(k, 1 - p).
-        law, mirror = stats.binom(k, p), stats.binom(k, float(special.expit(eps)))
-        lo = max(0, int(law.ppf(budget / 4)))
-        hi = min(k, k - int(mirror.ppf(budget / 4)))
-        dropped = ((float(law.cdf(lo - 1)) if lo > 0 else 0.0)
-                   + (float(mirror.cdf(k - hi - 1)) if hi < k else 0.0))
-        if dropped > budget:  # scipy's quantiles are never this far off; stay safe anyway
-            lo, hi, dropped = 0, k, 0.0
+        lo, hi, below, above = binomial_window(k, eps, budget / 4)
         j = np.arange(lo, hi + 1, dtype=np.float64)
-        dropped *= 1.0 + 1e-6  # relative accuracy of scipy's incomplete beta
+        dropped = below + above
     else:
         j = np.arange(k + 1, dtype=np.float64)
         dropped = 0.0
@@ -337,10 +331,13 @@ class OptimalCompositionAccountant(GuaranteeAccountant):
 
     See the module docstring for the theorem and how it is evaluated. Events are grouped by
     guarantee, so k copies of an event cost one group, and composed curves are cached. All
-    values are upper bounds: the log-probabilities carry a floating-point margin (about 1.5e-10
-    relative at k = 10^4), truncated mass is added to delta, and ``get_epsilon`` returns the
-    upper end of its bisection bracket. Histories too large for the exact computation are
-    evaluated on a pessimistic loss grid and labelled ``METHOD_OPTIMAL_GRID``.
+    values are upper bounds: the log-probabilities carry a floating-point margin (about 32 u ln k!
+    relative in delta: 1.5e-10 at k = 10^4, 5e-7 at 10^7, 7e-5 at 10^9, so the epsilon of huge
+    compositions sits slightly above the PLD accountant's), truncated mass is added to delta,
+    and ``get_epsilon`` returns the upper end of its bisection bracket. At most
+    ``MAX_EXACT_COUNT`` (10^12) releases per guarantee are accepted. Histories too large for
+    the exact computation are evaluated on a pessimistic loss grid and labelled
+    ``METHOD_OPTIMAL_GRID``.
     """
 
     method = METHOD_OPTIMAL
@@ -356,6 +353,23 @@ class OptimalCompositionAccountant(GuaranteeAccountant):
         """
         super().__init__(neighboring_relation)
         self._max_atoms = _validate.check_int("max_atoms", max_atoms, minimum=2)
+
+    def _check_totals(self, leaves: Counter) -> None:
+        """Refuse histories with more than ``MAX_EXACT_COUNT`` releases of one guarantee."""
+        totals: dict[float, int] = {}
+        for eps, _, k in self._groups():
+            totals[eps] = totals.get(eps, 0) + k
+        for leaf, n in leaves.items():
+            guarantee = event_guarantee(leaf)
+            if guarantee is None:
+                continue
+            eps = float(guarantee[0])
+            totals[eps] = totals.get(eps, 0) + n
+            if totals[eps] > MAX_EXACT_COUNT and eps > 0:
+                raise self._unsupported(
+                    leaf, f"{totals[eps]} releases with epsilon {eps:g} exceed the "
+                          f"{MAX_EXACT_COUNT:.0e} whose binomial the exact computation holds; "
+                          "AdvancedCompositionAccountant and RDPAccountant take any count")
 
     def _state(self) -> tuple[float, _Composition | None]:
         """(log prod (1 - delta_i)^{k_i}, composed pure part or None if there is none)."""

@@ -111,6 +111,7 @@ from dp_accounting.pld import privacy_loss_distribution as _pld
 from dpkd_audit import _validate
 from dpkd_audit._privacy_math import analytic_gaussian_delta
 from dpkd_audit.accountants.base import Accountant, BoundKind, Epsilon, NeighboringRelation
+from dpkd_audit.accountants.binomial import MAX_EXACT_COUNT
 from dpkd_audit.accountants.pld_eval import _gaussian_epsilon, _pld_delta, _pld_epsilon
 from dpkd_audit.accountants.pld_specs import (
     _MAX_GRID_POINTS,
@@ -457,6 +458,20 @@ class PLDAccountant(Accountant):
         super()._collect(event, count, out)
 
     # ------------------------------------------------------------------ composition
+    def _check_totals(self, leaves: Counter) -> None:
+        """Refuse more than ``MAX_EXACT_COUNT`` compositions of one exact two-atom pair."""
+        totals = self._grouped_specs()
+        for leaf, n in leaves.items():
+            if isinstance(leaf, _dp.NonPrivateDpEvent):
+                continue
+            for spec, multiplicity in self._specs(leaf):
+                totals[spec] += n * multiplicity
+                if spec[0] in ("binary-rr", "approx-dp") and totals[spec] > MAX_EXACT_COUNT:
+                    raise self._unsupported(
+                        leaf, f"{totals[spec]} compositions exceed the {MAX_EXACT_COUNT:.0e} "
+                              "whose binomial the exact composition holds; RDPAccountant "
+                              "takes any count")
+
     def _grouped_specs(self) -> Counter:
         totals: Counter = Counter()
         for event, count in self._counts.items():
@@ -496,6 +511,11 @@ class PLDAccountant(Accountant):
         composed = None
         if _NON_PRIVATE not in totals:
             interval = self.effective_interval()
+            if interval > 1.0:
+                raise self._unsupported(
+                    next(iter(self._counts)),
+                    f"the history's privacy losses span ~{interval * _TARGET_BINS:.3g}, beyond "
+                    "what a PLD grid (step <= 1) can hold; use RDPAccountant")
             powers: dict[tuple[_Spec, int, float], _pld.PrivacyLossDistribution] = {}
             for spec, n in sorted(totals.items(), key=repr):
                 largest = n * _max_loss(spec) / interval

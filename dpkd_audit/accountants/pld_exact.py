@@ -37,6 +37,8 @@ from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as _pld
 from scipy import special, stats
 
+from dpkd_audit.accountants.binomial import binomial_window
+
 __all__ = [
     "ATOM_FLOOR",
     "LatticeAtoms",
@@ -155,15 +157,19 @@ def binomial_pld(epsilon: float, delta: float, count: int,
         count: Number of releases (>= 1).
         interval: Grid step of the privacy-loss values.
     """
-    j = np.arange(count + 1)
+    lo, hi, below, above = (0, count, 0.0, 0.0) if count < 1 << 20 else binomial_window(
+        count, epsilon, 1e-32)  # a window of J for large counts, its tails charged below
+    j = np.arange(lo, hi + 1)
     log_p = stats.binom.logpmf(j, count, special.expit(-epsilon))  # P[loss -eps] = 1/(1+e^eps)
     keep = np.flatnonzero(log_p >= _LOG_ATOM_FLOOR)
     first, last = int(keep[0]), int(keep[-1])
     probs = np.exp(log_p[first:last + 1])
-    high_tail = float(np.exp(log_p[:first]).sum())  # j < first: largest losses -> +inf
-    probs[-1] += float(np.exp(log_p[last + 1:]).sum())  # smallest losses -> up onto the last
+    # j below the window or below first: largest losses -> +inf
+    high_tail = below + float(np.exp(log_p[:first]).sum())
+    # j above: smallest losses -> up onto the last kept atom
+    probs[-1] += above + float(np.exp(log_p[last + 1:]).sum())
     lost, survive = _survival(delta, count)  # one release keeps delta bit for bit
-    losses = (count - 2.0 * j[first:last + 1]) * epsilon
+    losses = (count - 2.0 * j[first:last + 1]) * epsilon  # j, count <= 1e12: exact floats
     infinity = lost + survive * high_tail
     return finite_pld(losses, survive * probs, infinity, interval)
 
