@@ -408,3 +408,36 @@ def test_idx_empty_and_tiny_files(tmp_path):
         path = write(tmp_path / f"tiny{len(content)}", content, gz=False)
         with pytest.raises(ValueError, match=r"tiny.*too short"):
             read_idx_labels(path)
+
+
+def test_idx_gzip_bomb_is_refused_without_inflating(tmp_path):
+    import tracemalloc
+
+    # A header declaring 5 labels, followed by 200 MB of zeros that compress to ~200 KB.
+    path = tmp_path / "bomb.gz"
+    with gzip.open(path, "wb") as fh:
+        fh.write(struct.pack(">II", 2049, 5))
+        block = bytes(1 << 20)
+        for _ in range(200):
+            fh.write(block)
+    tracemalloc.start()
+    with pytest.raises(ValueError, match=r"bomb\.gz.*trailing data"):
+        read_idx_labels(path)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 10 * (1 << 20)  # never inflated past the declared size
+
+
+def test_idx_header_beyond_the_size_limit(tmp_path):
+    from dpkd_audit.data.idx import MAX_IDX_BYTES
+
+    path = write(tmp_path / "huge", struct.pack(">IIII", 2051, 60000, 28000, 28000), gz=True)
+    with pytest.raises(ValueError, match=rf"huge.*more than the {MAX_IDX_BYTES}"):
+        read_idx_images(path)
+
+
+def test_idx_unreadable_path_names_the_file(tmp_path):
+    folder = tmp_path / "adir"
+    folder.mkdir()
+    with pytest.raises(ValueError, match=r"adir.*cannot be read"):
+        read_idx_labels(folder)

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dpkd_audit.cli.paths import output_dir, output_file
+
 __all__ = ["add_pipeline_parsers"]
 
 _DATASETS = ["digits", "mnist", "fashion-mnist"]
@@ -86,11 +88,7 @@ def _write_json(path: Path, value: Any) -> None:
 
 
 def _out_dir(path: str) -> Path:
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out must be a directory; {out} is a file")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    return output_dir(path, "--out")
 
 
 def _summary(record: dict[str, Any]) -> str:
@@ -111,7 +109,7 @@ def _cmd_run_rknn(args: argparse.Namespace) -> int:
     config = _rknn_config(args, epsilon=args.epsilon, mode=args.mode)
     out = _out_dir(args.out)
     if args.ledger:
-        Path(args.ledger).parent.mkdir(parents=True, exist_ok=True)
+        output_file(args.ledger, "--ledger")
         ledger = (Ledger.open(args.ledger) if Path(args.ledger).exists()
                   else ledger_for(config, path=args.ledger))
     else:

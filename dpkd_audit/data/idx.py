@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import math
 import os
 import re
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 __all__ = [
     "IDX1_UBYTE_MAGIC",
     "IDX3_UBYTE_MAGIC",
+    "MAX_IDX_BYTES",
     "idx_bytes",
     "md5_hex",
     "read_idx_images",
@@ -58,8 +61,20 @@ def _check_md5_param(expected_md5: str | None) -> str | None:
     return expected_md5.lower()
 
 
+#: Largest idx file (header + data, uncompressed) the reader accepts: 1 GiB (MNIST's training
+#: images are 47 MB). The size is read from the header before any data is decompressed.
+MAX_IDX_BYTES = 1 << 30
+
+# Bytes per element of each idx dtype code (the third byte of the magic number).
+_ITEM_SIZE = {0x08: 1, 0x09: 1, 0x0B: 2, 0x0C: 4, 0x0D: 4, 0x0E: 8}
+
+
 def idx_bytes(path: str | os.PathLike[str], *, expected_md5: str | None = None) -> bytes:
     """Return the uncompressed content of an idx file, gunzipping it if it is gzip-compressed.
+
+    The header is read first and only the size it declares (plus one byte, to detect trailing
+    data) is read or decompressed, so a gzip stream that inflates to gigabytes is refused
+    without inflating it.
 
     Args:
         path: The file (``.gz`` or not; the gzip magic bytes decide, not the name).
@@ -67,19 +82,24 @@ def idx_bytes(path: str | os.PathLike[str], *, expected_md5: str | None = None) 
 
     Raises:
         FileNotFoundError: If ``path`` does not exist.
-        ValueError: If the gzip stream is corrupt, or the md5 differs from ``expected_md5``
-            (the message names the file, the expected and the computed digest).
+        ValueError: If the file cannot be read (naming it and the cause), the gzip stream is
+            corrupt, the header declares more than ``MAX_IDX_BYTES``, or the md5 differs from
+            ``expected_md5`` (the message names the file, the expected and the computed digest).
     """
     expected = _check_md5_param(expected_md5)
     path = Path(path)
-    raw = path.read_bytes()
-    if raw[:2] == _GZIP_MAGIC:
-        try:
-            content = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise ValueError(f"{path}: corrupt gzip stream ({exc})") from exc
-    else:
-        content = raw
+    try:
+        with path.open("rb") as raw:
+            compressed = raw.read(2) == _GZIP_MAGIC
+            raw.seek(0)
+            stream = gzip.GzipFile(fileobj=raw) if compressed else raw
+            content = _read_declared(stream, path)
+    except FileNotFoundError:
+        raise
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise ValueError(f"{path}: corrupt gzip stream ({exc})") from exc
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
     if expected is not None:
         actual = md5_hex(content)
         if actual != expected:
@@ -88,6 +108,22 @@ def idx_bytes(path: str | os.PathLike[str], *, expected_md5: str | None = None) 
                 "(file damaged, truncated or not the expected dataset file)"
             )
     return content
+
+
+def _read_declared(stream: Any, path: Path) -> bytes:
+    """The header and at most the data it declares plus one byte (see :func:`idx_bytes`)."""
+    head = stream.read(4)
+    if len(head) < 4:
+        return head
+    ndim, item = head[3], _ITEM_SIZE.get(head[2], 1)
+    dims = stream.read(4 * ndim)
+    if len(dims) < 4 * ndim:
+        return head + dims
+    size = item * math.prod(int.from_bytes(dims[4 * i:4 * i + 4], "big") for i in range(ndim))
+    if 4 + 4 * ndim + size > MAX_IDX_BYTES:
+        raise ValueError(f"{path}: the idx header declares {size} data bytes, more than the "
+                         f"{MAX_IDX_BYTES} this reader accepts (not an MNIST-style file?)")
+    return head + dims + stream.read(size + 1)
 
 
 def _parse(content: bytes, path: Path, magic: int, kind: str) -> np.ndarray:

@@ -1,0 +1,59 @@
+"""Checks of the paths a command writes, before any work: errors name the flag and the cause.
+
+A command that will write a file (``--plot``, ``--ledger``) or fill a folder (``--out``) checks
+first that it can, so that a typo does not cost a whole run and no directory the user did not
+ask for is created (``--out`` is the one folder a command creates, with its parents).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["output_dir", "output_file"]
+
+
+def output_file(value: str | os.PathLike[str], flag: str) -> Path:
+    """A file path the command will create or overwrite: its folder must exist and be writable.
+
+    Raises:
+        ValueError: Naming ``flag``, the path and what is wrong with it.
+    """
+    path = Path(value)
+    if path.exists() and path.is_dir():
+        raise ValueError(f"{flag} must be a file path; {path} is a directory")
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{flag} must be a regular file; {path} is not one (a FIFO, socket or "
+                         "device?)")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        raise ValueError(f"{flag}: the directory {parent} does not exist (create it first)")
+    if not parent.is_dir():
+        raise ValueError(f"{flag}: {parent} is not a directory")
+    target = path if path.exists() else parent
+    if not os.access(target, os.W_OK):
+        raise ValueError(f"{flag}: {target} is not writable")
+    return path
+
+
+def output_dir(value: str | os.PathLike[str], flag: str) -> Path:
+    """A folder the command fills; created with its parents if missing.
+
+    Raises:
+        ValueError: Naming ``flag``, the path and what is wrong with it.
+    """
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag} must be a directory; {path} is a file")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{flag}: {existing} is a file, so {path} cannot be created")
+    if not os.access(existing, os.W_OK):
+        raise ValueError(f"{flag}: {existing} is not writable")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"{flag}: cannot create {path} ({exc.strerror or exc})") from exc
+    return path
