@@ -6,9 +6,12 @@ their subpackages (``dpkd_audit.mechanisms``, ``dpkd_audit.accountants``, ``dpkd
 
 from dpkd_audit.errors import (
     BudgetExceededError,
+    LedgerAccessError,
     LedgerCorruptError,
     LedgerError,
+    LedgerKeyError,
     LedgerMismatchError,
+    LedgerVersionError,
 )
 from dpkd_audit.ledger import Charge, Ledger, SpentBudget
 
@@ -18,9 +21,12 @@ __all__ = [
     "BudgetExceededError",
     "Charge",
     "Ledger",
+    "LedgerAccessError",
     "LedgerCorruptError",
     "LedgerError",
+    "LedgerKeyError",
     "LedgerMismatchError",
+    "LedgerVersionError",
     "SpentBudget",
     "__version__",
 ]

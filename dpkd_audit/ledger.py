@@ -6,56 +6,71 @@ recorded) if the composed epsilon at the budget's delta would exceed the budget 
 otherwise it records the charge and only then returns, so a mechanism releases its output only
 after its cost is on record.
 
-With ``path``, charges live in an SQLite file:
+With ``path``, charges live in an SQLite file (:mod:`dpkd_audit.ledger_store`):
 
-- a charge is committed with ``synchronous=FULL`` inside the charging call, before the mechanism
-  samples anything: a crash (even ``kill -9``) right after ``charge`` returns never loses it;
-- every charge runs in an ``IMMEDIATE`` transaction that first re-reads the charges other
-  processes committed, so several processes sharing one file can never overspend together;
-- a restart resumes the spent budget; a file that is not a dpkd-audit ledger, is damaged, or was
-  created for another budget is refused with a clear error, never reset. New files are built
-  aside and linked into place atomically, so a half-created ledger never exists at ``path``.
+- a charge is committed (``synchronous=EXTRA``: FULL plus a directory sync) inside the charging
+  call, before the mechanism samples anything: a crash (even ``kill -9``) right after ``charge``
+  returns never loses it, and a crash in the middle of one is rolled back by the next process
+  that opens the file, reader or writer;
+- every charge runs in a ``BEGIN IMMEDIATE`` transaction that first re-reads (and verifies) the
+  charges other processes committed, so processes sharing one file can never overspend together;
+- the ledger's identity (budget, accountant class and configuration, neighbouring relation) is
+  stored in the file and checked on every open: ``Ledger(..., path=existing)`` with another one
+  is refused (:class:`~dpkd_audit.errors.LedgerMismatchError`); ``Ledger.open(path)`` adopts it;
+- every metadata field, every charge and the head (row count and last digest, written in the
+  same transaction as each charge) are covered by a chain of SHA-256 digests, or HMAC-SHA256
+  with a key (:mod:`dpkd_audit.ledger_chain`); a file that was damaged, edited, truncated or is
+  not a ledger is refused (:class:`~dpkd_audit.errors.LedgerCorruptError`), never reset.
+  Without a key the chain detects accidental damage and naive edits only; nothing here protects
+  against deleting the whole file or putting back an older copy of it.
 
-Each row carries a SHA-256 digest chained to the previous row's, so a row that was altered,
-removed or reordered is detected when the file is opened.
+New files are built aside and linked into place atomically, so a half-created ledger never
+exists at ``path``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 import os
+import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from dp_accounting import dp_event as _dp
 
 from dpkd_audit import _validate
+from dpkd_audit import ledger_store as _store
 from dpkd_audit.accountants.base import Accountant, Epsilon
 from dpkd_audit.accountants.pure import PureAccountant
 from dpkd_audit.errors import (
     BudgetExceededError,
+    LedgerAccessError,
     LedgerCorruptError,
     LedgerError,
+    LedgerKeyError,
     LedgerMismatchError,
+    LedgerVersionError,
 )
 from dpkd_audit.events import event_from_json, event_to_json
+from dpkd_audit.ledger_chain import Chain, resolve_key
+from dpkd_audit.ledger_identity import (
+    LedgerIdentity,
+    accountant_from_spec,
+    accountant_spec,
+    canonical_json,
+    parse_spec,
+)
 
-__all__ = ["Charge", "Ledger", "SpentBudget"]
+__all__ = ["BUDGET_RTOL", "Charge", "Ledger", "SpentBudget"]
 
-_MAGIC = "dpkd-audit-ledger"
-_SCHEMA_VERSION = 1
-_APPLICATION_ID = 0x64706B64  # "dpkd"
-_SQLITE_HEADER = b"SQLite format 3\x00"
 #: Relative slack on the budget comparison, absorbing float rounding of sums such as
 #: 10 x 0.1 (an overspend of at most 1e-12 of the budget).
 BUDGET_RTOL = 1e-12
-_GENESIS = "0" * 64
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -85,11 +100,6 @@ class SpentBudget:
         return max(0.0, self.budget_epsilon - float(self.epsilon))
 
 
-def _digest(prev: str, seq: int, label: str, event_json: str) -> str:
-    payload = f"{prev}\x1f{seq}\x1f{label}\x1f{event_json}".encode()
-    return hashlib.sha256(payload).hexdigest()
-
-
 class Ledger:
     """A privacy budget filter, in memory or persisted in an SQLite file.
 
@@ -98,66 +108,103 @@ class Ledger:
         delta: Budget delta in [0, 1). With delta = 0 the default accountant is basic (pure)
             composition.
         accountant: An *empty* accountant used as the template for accounting (default:
-            :class:`~dpkd_audit.accountants.PureAccountant`).
-        path: SQLite file for a durable, multi-process ledger; ``None`` keeps it in memory.
+            :class:`~dpkd_audit.accountants.PureAccountant`). Part of the ledger's identity.
+        path: SQLite file for a durable, multi-process ledger (created if missing, in an
+            existing directory); ``None`` keeps it in memory.
         timeout: Seconds to wait for another process holding the file's write lock.
+        key: MAC key (bytes or text, at least 16 bytes) protecting the file with HMAC-SHA256.
+        key_file: A file holding the MAC key (instead of ``key``). Without either, the key is
+            read from ``DPKD_LEDGER_KEY`` (the key) or ``DPKD_LEDGER_KEY_FILE`` (a path) if set.
 
     Raises:
-        ValueError: For bad parameters.
+        ValueError: For bad parameters (the message names the parameter).
+        LedgerMismatchError: If ``path`` holds a ledger of another budget, accountant (class or
+            configuration) or neighbouring relation (``Ledger.open`` adopts the stored one).
         LedgerCorruptError: If ``path`` exists but is not a sound dpkd-audit ledger.
-        LedgerMismatchError: If ``path`` holds a ledger created for another budget.
+        LedgerKeyError: If the file's key is missing or wrong, or a key was given for a file
+            without one.
+        LedgerAccessError: If the file cannot be read or written (missing directory, read-only
+            file, full disk, not a regular file, lock timeout).
+        LedgerVersionError: If the file was written by an older dpkd-audit (see
+            :meth:`migrate`).
     """
 
     def __init__(self, *, epsilon: float, delta: float = 0.0,
                  accountant: Accountant | None = None, path: str | os.PathLike | None = None,
-                 timeout: float = 60.0) -> None:
-        self._epsilon = _validate.check_epsilon(epsilon)
-        self._delta = _validate.check_delta(delta)
+                 timeout: float = 60.0, key: bytes | str | None = None,
+                 key_file: str | os.PathLike | None = None) -> None:
+        epsilon = _validate.check_epsilon(epsilon)
+        delta = _validate.check_delta(delta)
         if accountant is None:
             accountant = PureAccountant()
-        if not isinstance(accountant, Accountant):
-            raise ValueError("accountant must be a dpkd_audit Accountant instance (e.g. "
-                             f"PureAccountant()); got {type(accountant).__name__}")
-        if not accountant.is_empty:
-            raise ValueError("accountant must be empty (nothing composed yet); the ledger's "
-                             "charges are its only history")
-        self._template = accountant.copy()
-        self._accountant = accountant.copy()
-        self._timeout = _validate.check_positive("timeout", timeout)
-        self._lock = threading.Lock()
-        self._charges: list[Charge] = []
-        self._last_digest = _GENESIS
-        self._path = None if path is None else Path(path)
-        self._conn: sqlite3.Connection | None = None
-        self._closed = False
-        if self._path is not None:
-            self._open()
+        self._setup(accountant, path, timeout, read_only=False)
+        self._epsilon, self._delta = epsilon, delta
+        if self._path is None:
+            if key is not None or key_file is not None:
+                raise ValueError("key and key_file apply only to a ledger with a path")
+            return
+        self._chain = Chain(resolve_key(key, key_file)[0])
+        self._attach(adopt=False)
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, accountant: Accountant | None = None,
-             timeout: float = 60.0) -> Ledger:
-        """Open an existing ledger file with the budget stored in it.
+             timeout: float = 60.0, key: bytes | str | None = None,
+             key_file: str | os.PathLike | None = None, read_only: bool = False) -> Ledger:
+        """Open an existing ledger file, adopting the budget and accountant stored in it.
+
+        Args:
+            path: The ledger file (never created here).
+            accountant: If given, it must equal the stored accountant (class, configuration,
+                neighbouring relation); if None, the stored one is rebuilt and adopted.
+            timeout: Seconds to wait for another process holding the file's lock.
+            key: MAC key, as for the constructor.
+            key_file: File holding the MAC key, as for the constructor.
+            read_only: Open for reading only (``charge`` is refused); works on a file this
+                process may not write, unless a crashed writer left a journal to roll back.
 
         Raises:
-            LedgerError: If ``path`` does not exist.
-            LedgerCorruptError: If it is not a sound dpkd-audit ledger.
+            LedgerAccessError: If nothing (or not a regular file) is at ``path``, or it cannot
+                be read or (unless ``read_only``) written.
+            LedgerMismatchError: If ``accountant`` differs from the stored one.
+            LedgerCorruptError, LedgerKeyError, LedgerVersionError: As for the constructor.
         """
-        path = Path(path)
-        if not path.exists():
-            raise LedgerError(f"no ledger at {path}")
-        cls._validate_header(path)
-        try:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout)
-            try:
-                meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-            finally:
-                conn.close()
-            epsilon, delta = float(meta["epsilon"]), float(meta["delta"])
-        except (sqlite3.DatabaseError, KeyError, ValueError) as exc:
-            raise LedgerCorruptError(
-                f"{path} is not a readable dpkd-audit ledger ({exc}); refusing to use it") from exc
-        return cls(epsilon=epsilon, delta=delta, accountant=accountant, path=path,
-                   timeout=timeout)
+        if not isinstance(read_only, bool):
+            raise ValueError(f"read_only must be a bool; got {read_only!r}")
+        path = _store.check_path(path)
+        if not _store.preflight(path):
+            raise LedgerAccessError(f"no ledger at {path} (Ledger.open never creates one; "
+                                    "Ledger(epsilon=..., path=...) does)")
+        self = cls.__new__(cls)
+        self._setup(accountant, path, timeout, read_only=read_only)
+        self._chain = Chain(resolve_key(key, key_file)[0])
+        self._attach(adopt=True)
+        return self
+
+    def _setup(self, accountant: Accountant | None, path: Any, timeout: float, *,
+               read_only: bool) -> None:
+        if accountant is not None:
+            if not isinstance(accountant, Accountant):
+                raise ValueError("accountant must be a dpkd_audit Accountant instance (e.g. "
+                                 f"PureAccountant()); got {type(accountant).__name__}")
+            if not accountant.is_empty:
+                raise ValueError("accountant must be empty (nothing composed yet); the ledger's "
+                                 "charges are its only history")
+        self._template: Accountant | None = None if accountant is None else accountant.copy()
+        self._accountant: Accountant | None = None if accountant is None else accountant.copy()
+        self._timeout = _validate.check_positive("timeout", timeout)
+        self._path = None if path is None else _store.check_path(path)
+        self._read_only = read_only
+        self._lock = threading.Lock()
+        self._charges: list[Charge] = []
+        self._last_digest = self._genesis = ""
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+        self._meta: dict[str, str] = {}
+        self._file_id = (0, 0)
+        self._pid = os.getpid()
+        self._inherited: list[sqlite3.Connection] = []
+        self._chain = Chain(None)
+        self._epsilon = self._delta = math.nan
 
     # ------------------------------------------------------------------ properties
     @property
@@ -175,6 +222,27 @@ class Ledger:
         """The SQLite file, or None for an in-memory ledger."""
         return self._path
 
+    @property
+    def accountant(self) -> Accountant:
+        """A fresh, empty copy of the ledger's accountant (with its configuration)."""
+        return self._template.copy()  # type: ignore[union-attr]
+
+    @property
+    def identity(self) -> LedgerIdentity:
+        """Budget and accountant description: what every open of the file checks."""
+        return LedgerIdentity(epsilon=self._epsilon, delta=self._delta,
+                              accountant=accountant_spec(self._template))  # type: ignore[arg-type]
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the file is protected by a keyed MAC (False in memory)."""
+        return self._path is not None and self._chain.keyed
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this handle was opened with ``read_only=True``."""
+        return self._read_only
+
     def __repr__(self) -> str:
         where = "in memory" if self._path is None else str(self._path)
         return (f"Ledger(epsilon={self._epsilon}, delta={self._delta}, "
@@ -191,33 +259,41 @@ class Ledger:
             BudgetExceededError: If the budget would be exceeded.
             UnsupportedEventError: If the accountant cannot account for ``event``.
             ValueError: For an empty label.
+            LedgerError: If the file cannot be written or was altered; nothing was acknowledged.
         """
-        if not isinstance(label, str) or not label.strip():
-            raise ValueError(f"label must be a non-empty string; got {label!r}")
-        self._template.copy().compose(event)  # UnsupportedEventError naming the event
+        label = _store.check_label(label)
+        self._template.copy().compose(event)  # type: ignore[union-attr] # names the event
         event_json = event_to_json(event)
         with self._lock:
             if self._closed:
                 raise LedgerError("this ledger was closed; open the file again to charge")
-            if self._conn is None:
+            if self._path is None:
                 trial = self._check(event, label)
                 charge = Charge(seq=len(self._charges) + 1, label=label, event=event,
                                 created=time.time(), pid=os.getpid())
                 self._accountant = trial
                 self._charges.append(charge)
                 return charge
-            with self._write_transaction():
-                self._sync()
+            if self._read_only:
+                raise LedgerError(f"ledger {self._path} was opened read-only; open it with "
+                                  "read_only=False to charge")
+            conn = self._connection()
+            created, pid = time.time(), os.getpid()
+            shown = label if len(label) <= 60 else label[:57] + "..."
+            with _store.transaction(conn, self._path, write=True,
+                                    doing=f"charging {shown!r} (not recorded)"):
+                self._same_file(conn)
+                head = self._read_head(conn)
+                self._catch_up(conn, head)  # others' charges, composed before the budget check
                 trial = self._check(event, label)
-                seq = len(self._charges) + 1
-                digest = _digest(self._last_digest, seq, label, event_json)
-                created = time.time()
-                self._conn.execute(
-                    "INSERT INTO charges (seq, label, event, created, pid, digest) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (seq, label, event_json, created, os.getpid(), digest))
+                seq = head.count + 1
+                digest = self._chain.charge(head.digest, seq, label, event_json, created, pid)
+                genesis = self._genesis
+                _store.write_charge(conn, _store.Row(seq, label, event_json, created, pid, digest),
+                                    _store.Head(seq, digest, genesis,
+                                                self._chain.head(seq, digest, genesis)))
             # committed: only now does the in-memory state advance
-            charge = Charge(seq=seq, label=label, event=event, created=created, pid=os.getpid())
+            charge = Charge(seq=seq, label=label, event=event, created=created, pid=pid)
             self._accountant = trial
             self._charges.append(charge)
             self._last_digest = digest
@@ -241,25 +317,39 @@ class Ledger:
             raise ValueError("events must hold at least one DpEvent")
         composed = _dp.ComposedDpEvent(events) if len(events) > 1 else events[0]
         with self._lock:
-            if self._conn is not None:
-                self._sync()
+            self._refresh()
             return self._check(composed, label).get_epsilon(self._delta)
 
     def spent(self) -> SpentBudget:
         """The budget spent so far (re-read from the file first, if any)."""
         with self._lock:
-            if self._conn is not None:
-                self._sync()
-            eps = self._accountant.get_epsilon(self._delta)
+            self._refresh()
+            eps = self._accountant.get_epsilon(self._delta)  # type: ignore[union-attr]
             return SpentBudget(epsilon=eps, delta=self._delta, budget_epsilon=self._epsilon,
                                budget_delta=self._delta, charges=len(self._charges))
 
     def charges(self) -> list[Charge]:
         """All accepted charges, oldest first (re-read from the file first, if any)."""
         with self._lock:
-            if self._conn is not None:
-                self._sync()
+            self._refresh()
             return list(self._charges)
+
+    def pragmas(self) -> dict[str, Any]:
+        """The SQLite settings of the live connection, read back (empty in memory).
+
+        Keys: ``journal_mode``, ``synchronous`` (3 = EXTRA), ``secure_delete``,
+        ``cell_size_check``, ``trusted_schema``, ``busy_timeout`` (ms), ``application_id``.
+        """
+        with self._lock:
+            if self._path is None or self._closed:
+                return {}
+            conn = self._connection()
+            try:
+                return {name: conn.execute(f"PRAGMA {name}").fetchone()[0] for name in (
+                    "journal_mode", "synchronous", "secure_delete", "cell_size_check",
+                    "trusted_schema", "busy_timeout", "application_id")}
+            except sqlite3.Error as exc:
+                raise _store.as_ledger_error(exc, self._path, "reading settings") from exc
 
     def close(self) -> None:
         """Close the SQLite connection (the ledger cannot charge afterwards)."""
@@ -275,12 +365,12 @@ class Ledger:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ------------------------------------------------------------------ internals
+    # ------------------------------------------------------------------ budget
     def _check(self, event: _dp.DpEvent, label: str) -> Accountant:
-        trial = self._accountant.copy().compose(event)
+        trial = self._accountant.copy().compose(event)  # type: ignore[union-attr]
         after = trial.get_epsilon(self._delta)
         if math.isnan(after) or after > self._epsilon * (1.0 + BUDGET_RTOL):
-            before = self._accountant.get_epsilon(self._delta)
+            before = self._accountant.get_epsilon(self._delta)  # type: ignore[union-attr]
             raise BudgetExceededError(
                 f"charge {label!r} refused: {type(event).__name__} would bring epsilon from "
                 f"{float(before):.6g} to {float(after):.6g} ({after.method}) at delta="
@@ -288,137 +378,223 @@ class Ledger:
                 f"recorded")
         return trial
 
-    def _connect(self, path: Path) -> sqlite3.Connection:
-        conn = sqlite3.connect(str(path), timeout=self._timeout, isolation_level=None)
-        conn.execute("PRAGMA synchronous=FULL")
-        return conn
+    # ------------------------------------------------------------------ file: open
+    def _corrupt(self, what: str) -> LedgerCorruptError:
+        return LedgerCorruptError(f"ledger {self._path}: {what}; refusing to use it (the file "
+                                  "was damaged or altered; it is never reset)")
 
-    @contextmanager
-    def _write_transaction(self) -> Iterator[None]:
-        conn = self._conn
-        if conn is None:  # pragma: no cover - internal invariant
-            raise LedgerError("ledger has no open file")
-        conn.execute("BEGIN IMMEDIATE")
+    def _attach(self, *, adopt: bool) -> None:
+        path: Path = self._path  # type: ignore[assignment]
+        if not _store.preflight(path):
+            if adopt:
+                raise LedgerAccessError(f"no ledger at {path} (it vanished while opening)")
+            self._create_file(path)
+        _store.check_header(path)
+        if not self._read_only and not os.access(path.parent, os.W_OK | os.X_OK):
+            raise LedgerAccessError(f"ledger {path}: its directory {path.parent} is not writable "
+                                    "(SQLite creates its journal there); Ledger.open(path, "
+                                    "read_only=True) can still read it")
+        conn = _store.connect(path, timeout=self._timeout, read_only=self._read_only)
         try:
-            yield
+            with _store.transaction(conn, path, write=not self._read_only,
+                                    doing="opening the ledger"):
+                rows = self._load(conn, adopt=adopt)
+            self._apply(rows)
         except BaseException:
-            conn.execute("ROLLBACK")
+            conn.close()
             raise
-        else:
-            conn.execute("COMMIT")
-
-    def _open(self) -> None:
-        path = self._path
-        if path is None:  # pragma: no cover - internal invariant
-            raise LedgerError("ledger has no path")
-        if not path.exists():
-            self._create(path)
-        self._validate_header(path)
-        try:
-            conn = self._connect(path)
-            check = conn.execute("PRAGMA quick_check").fetchone()[0]
-            if check != "ok":
-                raise LedgerCorruptError(f"{path}: SQLite integrity check failed: {check}")
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            tables = {r[0] for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type='table'")}
-            if app_id != _APPLICATION_ID or not {"meta", "charges"} <= tables:
-                raise LedgerCorruptError(
-                    f"{path} is an SQLite file but not a dpkd-audit ledger (application_id="
-                    f"{app_id:#x}, tables={sorted(tables)}); refusing to use or reset it")
-            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        except sqlite3.DatabaseError as exc:
-            raise LedgerCorruptError(f"{path} is not a readable dpkd-audit ledger: {exc}") from exc
-        if meta.get("magic") != _MAGIC or meta.get("schema") != str(_SCHEMA_VERSION):
-            conn.close()
-            raise LedgerCorruptError(f"{path}: unknown ledger format {meta.get('magic')!r} "
-                                     f"schema {meta.get('schema')!r}")
-        try:
-            stored = (float(meta["epsilon"]), float(meta["delta"]))
-        except (KeyError, ValueError) as exc:
-            conn.close()
-            raise LedgerCorruptError(f"{path}: ledger metadata is damaged ({exc})") from exc
-        if stored != (self._epsilon, self._delta):
-            conn.close()
-            raise LedgerMismatchError(
-                f"{path} holds a ledger for budget epsilon={stored[0]}, delta={stored[1]}; "
-                f"asked for epsilon={self._epsilon}, delta={self._delta}")
         self._conn = conn
-        self._sync()
 
-    @staticmethod
-    def _validate_header(path: Path) -> None:
+    def _create_file(self, path: Path) -> None:
+        meta = {
+            "magic": _store.MAGIC, "schema": str(_store.SCHEMA_VERSION),
+            "epsilon": repr(self._epsilon), "delta": repr(self._delta),
+            "accountant": canonical_json(accountant_spec(self._template)),  # type: ignore[arg-type]
+            "neighboring_relation": self._template.neighboring_relation.name,  # type: ignore[union-attr]
+            "mac": self._chain.algorithm, "key_check": self._chain.key_check(),
+            "ledger_id": secrets.token_hex(16), "created": repr(time.time()),
+        }
+        genesis = self._chain.genesis(meta, _store.SCHEMA)
+        _store.create(path, meta, _store.Head(0, genesis, genesis,
+                                              self._chain.head(0, genesis, genesis)))
+
+    def _load(self, conn: sqlite3.Connection, *, adopt: bool) -> list[_store.Row]:
+        """Verify the whole file (schema, key, chain, head), then its identity; return its rows."""
+        path = self._path
+        version = _store.schema_version(conn, path)  # type: ignore[arg-type]
+        if version != _store.SCHEMA_VERSION:
+            raise LedgerVersionError(
+                f"ledger {path} was written by an older dpkd-audit (schema {version}), which "
+                "stored neither its accountant's configuration nor a head; migrate it once with "
+                "Ledger.migrate(path, accountant=<the accountant it was used with>) (a backup is "
+                "kept), while no process uses it")
+        meta = _store.read_meta(conn, path)  # type: ignore[arg-type]
+        if meta["magic"] != _store.MAGIC or meta["schema"] != str(_store.SCHEMA_VERSION):
+            raise self._corrupt(f"unknown ledger format {meta['magic']!r} schema "
+                                f"{meta['schema']!r}")
+        self._check_key(meta)
+        rows = _store.read_rows(conn, path, after=None)  # type: ignore[arg-type]
+        head = self._read_head(conn)
+        genesis = self._chain.genesis(meta, _store.SCHEMA)
+        if not Chain.equal(genesis, head.genesis):
+            raise self._corrupt("its metadata (budget, accountant, relation, key settings, "
+                                "ledger id) does not match the digest recorded in its head")
+        self._verify(rows, genesis, 0, head)
+        self._meta = meta
+        self._genesis = self._last_digest = genesis
+        self._file_id = _store.file_id(path)  # type: ignore[arg-type]
+        self._adopt_identity(meta, adopt=adopt)
+        return rows
+
+    def _check_key(self, meta: dict[str, str]) -> None:
+        path, stored = self._path, meta["mac"]
+        if stored not in ("sha256", "hmac-sha256"):
+            raise self._corrupt(f"unknown MAC algorithm {stored!r}")
+        if stored == "hmac-sha256" and not self._chain.keyed:
+            raise LedgerKeyError(
+                f"ledger {path} is protected by a key (HMAC-SHA256) and no key was given: pass "
+                "key= or key_file=, or set DPKD_LEDGER_KEY or DPKD_LEDGER_KEY_FILE")
+        if stored == "sha256" and self._chain.keyed:
+            raise LedgerKeyError(
+                f"ledger {path} has no MAC (created without a key, or its MAC was stripped), but "
+                "a key was given: refusing it, since a file without a MAC cannot show it was not "
+                "rewritten (unset the key to open an unkeyed ledger)")
+        if not Chain.equal(meta["key_check"], self._chain.key_check()):
+            raise LedgerKeyError(f"ledger {path}: the key given is not the key the file was "
+                                 "created with (or its key check was altered)")
+
+    def _adopt_identity(self, meta: dict[str, str], *, adopt: bool) -> None:
         try:
-            with open(path, "rb") as fh:
-                header = fh.read(len(_SQLITE_HEADER))
-        except OSError as exc:
-            raise LedgerError(f"cannot read ledger file {path}: {exc}") from exc
-        if header != _SQLITE_HEADER:
-            what = "empty" if not header else "not an SQLite database"
-            raise LedgerCorruptError(
-                f"{path} exists but is {what}, so it is not a dpkd-audit ledger (ledgers are "
-                "created atomically); refusing to use or reset it")
-
-    def _create(self, path: Path) -> None:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            conn = sqlite3.connect(str(tmp), isolation_level=None)
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(f"PRAGMA application_id={_APPLICATION_ID}")
-            conn.execute("BEGIN")
-            conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            conn.execute(
-                "CREATE TABLE charges (seq INTEGER PRIMARY KEY, label TEXT NOT NULL, "
-                "event TEXT NOT NULL, created REAL NOT NULL, pid INTEGER NOT NULL, "
-                "digest TEXT NOT NULL)")
-            conn.executemany("INSERT INTO meta VALUES (?, ?)", [
-                ("magic", _MAGIC), ("schema", str(_SCHEMA_VERSION)),
-                ("epsilon", repr(self._epsilon)), ("delta", repr(self._delta)),
-                ("accountant", type(self._template).__name__), ("created", repr(time.time())),
-            ])
-            conn.execute("COMMIT")
-            conn.close()
-            with open(tmp, "rb") as fh:
-                os.fsync(fh.fileno())
+            epsilon = _validate.check_epsilon(float(meta["epsilon"]))
+            delta = _validate.check_delta(float(meta["delta"]))
+            spec = parse_spec(meta["accountant"])
+            if spec.get("neighboring_relation") != meta["neighboring_relation"]:
+                raise ValueError("neighbouring relation differs from the accountant's")
+        except (ValueError, AttributeError) as exc:
+            raise self._corrupt(f"its identity (budget, accountant) is unreadable: {exc}") \
+                from exc
+        stored = LedgerIdentity(epsilon=epsilon, delta=delta, accountant=spec)
+        if adopt and self._template is None:
             try:
-                os.link(tmp, path)  # atomic, fails if another process created it first
-            except FileExistsError:
-                pass
-            dir_fd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        except FileNotFoundError as exc:
-            raise LedgerError(f"cannot create ledger {path}: {exc}") from exc
-        finally:
-            tmp.unlink(missing_ok=True)
+                self._template = accountant_from_spec(spec)
+            except ValueError as exc:
+                raise LedgerMismatchError(f"ledger {self._path}: {exc}") from exc
+            self._accountant = self._template.copy()
+            self._epsilon, self._delta = epsilon, delta
+            return
+        given = LedgerIdentity(
+            epsilon=epsilon if adopt else self._epsilon, delta=delta if adopt else self._delta,
+            accountant=accountant_spec(self._template))  # type: ignore[arg-type]
+        differences = stored.differences(given)
+        if differences:
+            raise LedgerMismatchError(
+                f"ledger {self._path} holds a ledger for {stored.describe()}; asked for "
+                f"{given.describe()} (stored != given: {'; '.join(differences)}). Refusing: "
+                "another budget or accountant would report another spent epsilon for the same "
+                "charges. Ledger.open(path) adopts the stored budget and accountant")
+        self._epsilon, self._delta = epsilon, delta
 
-    def _sync(self) -> None:
-        """Compose the charges other processes committed since this one last looked."""
-        if self._conn is None:  # pragma: no cover - internal invariant
-            raise LedgerError("ledger has no open file")
-        rows = self._conn.execute(
-            "SELECT seq, label, event, created, pid, digest FROM charges WHERE seq > ? "
-            "ORDER BY seq", (len(self._charges),)).fetchall()
+    # ------------------------------------------------------------------ file: chain
+    def _read_head(self, conn: sqlite3.Connection) -> _store.Head:
+        head = _store.read_head(conn, self._path)  # type: ignore[arg-type]
+        if not Chain.equal(head.tag, self._chain.head(head.count, head.digest, head.genesis)):
+            raise self._corrupt(f"the head (count {head.count}) does not match its tag")
+        if self._genesis and not Chain.equal(head.genesis, self._genesis):
+            raise self._corrupt("the head changed its metadata digest while this ledger had it "
+                                "open")
+        return head
+
+    def _verify(self, rows: list[_store.Row], digest: str, known: int,
+                head: _store.Head) -> None:
+        """Check that ``rows`` extend the chain from ``digest`` (after ``known``) to ``head``."""
+        if head.count < known:
+            raise self._corrupt(f"it now holds {head.count} charges, fewer than the {known} this "
+                                "handle already read (charges were deleted, or an older copy was "
+                                "put back)")
+        for i, row in enumerate(rows, start=known + 1):
+            if row.seq != i:
+                raise self._corrupt(f"charge #{i} is missing (found #{row.seq} in its place)")
+            digest = self._chain.charge(digest, row.seq, row.label, row.event, row.created,
+                                        row.pid)
+            if not Chain.equal(digest, row.digest):
+                raise self._corrupt(f"charge #{row.seq} does not match the chain of digests")
+        total = known + len(rows)
+        if total != head.count or not Chain.equal(digest, head.digest):
+            raise self._corrupt(
+                f"the head records {head.count} charges but the file holds {total} (or its last "
+                "digest differs): rows were deleted, added or the head was altered")
+
+    def _apply(self, rows: list[_store.Row]) -> None:
+        """Compose verified rows into the accountant; only then advance the in-memory state."""
         if not rows:
             return
-        accountant = self._accountant.copy()
-        charges, digest = [], self._last_digest
-        for seq, label, event_json, created, pid, stored_digest in rows:
-            expected_seq = len(self._charges) + len(charges) + 1
-            digest = _digest(digest, seq, label, event_json)
-            if seq != expected_seq or digest != stored_digest:
-                raise LedgerCorruptError(
-                    f"{self._path}: charge #{seq} does not match the chain of digests (the file "
-                    "was altered or damaged); refusing to use it")
+        accountant = self._accountant.copy()  # type: ignore[union-attr]
+        charges = []
+        for row in rows:
             try:
-                event = event_from_json(event_json)
+                event = event_from_json(row.event)
                 accountant.compose(event)
-            except (ValueError, KeyError, TypeError) as exc:
-                raise LedgerCorruptError(
-                    f"{self._path}: charge #{seq} holds an unreadable event: {exc}") from exc
-            charges.append(Charge(seq=seq, label=label, event=event, created=created, pid=pid))
+            except Exception as exc:  # any decoding or accounting failure is damage
+                raise self._corrupt(f"charge #{row.seq} holds an event this ledger cannot "
+                                    f"account for ({type(exc).__name__}: {exc})") from exc
+            charges.append(Charge(seq=row.seq, label=row.label, event=event, created=row.created,
+                                  pid=row.pid))
         self._accountant = accountant
         self._charges.extend(charges)
-        self._last_digest = digest
+        self._last_digest = rows[-1].digest
+
+    def _catch_up(self, conn: sqlite3.Connection, head: _store.Head) -> None:
+        """Re-read, verify and compose the charges committed since this handle last looked."""
+        known = len(self._charges)
+        rows = [] if head.count == known else _store.read_rows(
+            conn, self._path, after=known)  # type: ignore[arg-type]
+        self._verify(rows, self._last_digest, known, head)
+        self._apply(rows)
+
+    def _same_file(self, conn: sqlite3.Connection) -> None:
+        """Refuse to go on if ``path`` was replaced or the metadata changed while open."""
+        if _store.file_id(self._path) != self._file_id:  # type: ignore[arg-type]
+            raise self._corrupt("the file at this path was replaced while this ledger had it "
+                                "open (its charges so far are in the file it opened)")
+        if _store.read_meta(conn, self._path) != self._meta:  # type: ignore[arg-type]
+            raise self._corrupt("its metadata changed while this ledger had it open")
+
+    def _connection(self) -> sqlite3.Connection:
+        """The live connection (a new one after ``fork``: SQLite connections must not cross)."""
+        if self._conn is None:
+            raise LedgerError(f"ledger {self._path} was closed; open the file again")
+        if os.getpid() != self._pid:
+            self._inherited.append(self._conn)  # never used (nor closed) in this process
+            self._conn = _store.connect(self._path, timeout=self._timeout,  # type: ignore[arg-type]
+                                        read_only=self._read_only)
+            self._pid = os.getpid()
+        return self._conn
+
+    def _refresh(self) -> None:
+        if self._path is None or self._closed:
+            return
+        conn = self._connection()
+        with _store.transaction(conn, self._path, write=False, doing="reading the ledger"):
+            self._same_file(conn)
+            self._catch_up(conn, self._read_head(conn))
+
+    # ------------------------------------------------------------------ migration
+    @classmethod
+    def migrate(cls, path: str | os.PathLike, *, accountant: Accountant,
+                timeout: float = 60.0, key: bytes | str | None = None,
+                key_file: str | os.PathLike | None = None) -> Path:
+        """Rewrite a schema-1 ledger (dpkd-audit before issue 10) in the current format.
+
+        The old file's chain is verified and its stored accountant *name* must match
+        ``accountant``; the configuration (orders, relation...) was never stored, so the caller
+        states it. Run it while no process uses the ledger. Implemented in
+        :mod:`dpkd_audit.ledger_migrate`.
+
+        Returns:
+            The path of the backup of the old file (``PATH.schema1.bak``).
+        """
+        from dpkd_audit.ledger_migrate import migrate_schema1
+
+        return migrate_schema1(cls, _store.check_path(path), accountant=accountant, timeout=timeout,
+                               key=key, key_file=key_file)
+

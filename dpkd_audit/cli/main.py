@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dpkd_audit.cli.paths import output_file
 from dpkd_audit.cli.pipelines import add_pipeline_parsers, argv_or_default
 
 __all__ = ["build_parser", "main"]
@@ -38,19 +39,26 @@ def _cmd_mechanisms(args: argparse.Namespace) -> int:
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
     from dpkd_audit.ledger import Ledger
+    from dpkd_audit.ledger_identity import describe_accountant
 
-    ledger = Ledger.open(args.path)
+    # read-only: inspecting never writes, yet still rolls back a crashed writer's journal
+    ledger = Ledger.open(args.path, read_only=True)
     spent = ledger.spent()
     charges = ledger.charges()
+    accountant = describe_accountant(ledger.identity.accountant)
+    integrity = ("chain verified (HMAC-SHA256, keyed)" if ledger.keyed else
+                 "chain verified (SHA-256, no key: detects damage and naive edits only)")
     if args.json:
         print(json.dumps({
             "path": str(args.path), "budget_epsilon": ledger.epsilon,
             "budget_delta": ledger.delta, "spent_epsilon": float(spent.epsilon),
             "method": spent.epsilon.method, "kind": spent.epsilon.kind.value,
+            "accountant": ledger.identity.accountant, "keyed": ledger.keyed,
             "charges": [{"seq": c.seq, "label": c.label, "event": repr(c.event),
                          "created": c.created, "pid": c.pid} for c in charges]}, indent=2))
         return 0
     print(f"ledger {args.path}: budget epsilon={ledger.epsilon:g}, delta={ledger.delta:g}")
+    print(f"accountant {accountant}; {integrity}")
     print(f"spent epsilon={float(spent.epsilon):.6g} ({spent.epsilon.method}, "
           f"{spent.epsilon.kind.value}); remaining {spent.remaining_epsilon:.6g}; "
           f"{len(charges)} charge(s)")
@@ -67,6 +75,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     config = QuickstartConfig(epsilon=args.epsilon, clusters=args.clusters, k=args.k,
                               seed=args.seed)
     budget = args.budget if args.budget is not None else args.epsilon
+    if args.ledger:
+        output_file(args.ledger, "--ledger")
     ledger = (Ledger.open(args.ledger) if args.ledger and Path(args.ledger).exists()
               else Ledger(epsilon=budget, path=args.ledger))
     result = run(config, ledger=ledger, rng=np.random.default_rng(args.seed))
@@ -182,6 +192,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
     if args.all == (args.mechanism is not None):
         raise ValueError("give one MECHANISM, or --all (see `dpkd mechanisms` and the README)")
+    if args.all or args.plot:
+        plot_path = output_file(args.plot or "audit.png", "--plot")
     targets = audit_targets(include_controls=True) if args.all else [find_target(args.mechanism)]
     attack = Attack(args.attack.replace("-", "_")) if args.attack else None
     rng = np.random.default_rng(args.seed)
@@ -200,7 +212,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
             if r.get("note") or r.get("flaw"):
                 print(f"- {r['mechanism']}: {r.get('flaw') or r['note']}")
     if args.all or args.plot:
-        path = plot_audit(records, args.plot or "audit.png",
+        path = plot_audit(records, plot_path,
                           title=f"Claimed vs empirical epsilon ({args.confidence:.0%} lower "
                                 f"bounds)")
         if not args.json:
