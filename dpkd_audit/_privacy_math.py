@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from fractions import Fraction
 
+import mpmath
 import numpy as np
 from scipy import special
 
 __all__ = [
     "analytic_gaussian_delta",
+    "analytic_gaussian_delta_exact",
     "calibrate_analytic_gaussian",
     "calibrate_discrete_gaussian",
     "discrete_gaussian_delta",
@@ -21,24 +24,119 @@ __all__ = [
 ]
 
 
-def _log_ndtr(x: float) -> float:
-    return float(special.log_ndtr(x))
+_SQRT_HALF = math.sqrt(0.5)
+_SQRT_HALF_PI = math.sqrt(0.5 * math.pi)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+#: Gauss-Legendre rule (nodes, weights on [-1, 1]) for the short integrals below.
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(24)
+
+
+def _mills(t: np.ndarray | float) -> np.ndarray:
+    """Mills ratio R(t) = Phi(-t) / phi(t) = sqrt(pi/2) erfcx(t / sqrt 2), for t >= 0.
+
+    ``scipy.special.erfcx`` is accurate to a few ulps over the whole range (no underflow).
+    """
+    return _SQRT_HALF_PI * special.erfcx(np.asarray(t, dtype=np.float64) * _SQRT_HALF)
+
+
+def _mills_difference(u: float, h: float) -> float:
+    """R(u) - R(u + h) for u >= 0, h > 0, without cancellation.
+
+    R'(t) = t R(t) - 1 < 0, so R(u) - R(u + h) = integral_u^(u+h) (1 - t R(t)) dt. For h >= 1 the
+    direct difference loses at most a factor ~(u + 1) of relative accuracy; below, the integral
+    of the smooth positive integrand is taken by a 24-point Gauss-Legendre rule (its error on an
+    interval of length < 1 is far below double rounding).
+    """
+    if h >= 1.0:
+        return float(_mills(u) - _mills(u + h))
+    t = u + 0.5 * h * (_GL_NODES + 1.0)
+    g = 1.0 - t * _mills(t)
+    return float(0.5 * h * np.dot(_GL_WEIGHTS, g))
 
 
 def analytic_gaussian_delta(epsilon: float, sigma: float, sensitivity: float = 1.0) -> float:
     """Exact delta(epsilon) of the Gaussian mechanism N(0, sigma^2) with L2 sensitivity Delta.
 
     Balle and Wang, "Improving the Gaussian mechanism for differential privacy", ICML 2018,
-    Theorem 8: delta = Phi(Delta/(2 sigma) - eps sigma/Delta)
-    - e^eps Phi(-Delta/(2 sigma) - eps sigma/Delta). Computed in log space.
+    Theorem 8: delta = Phi(a - b) - e^eps Phi(-a - b), with a = Delta/(2 sigma) and
+    b = eps sigma/Delta. Evaluated without overflow or cancellation (relative error ~1e-12 over
+    the whole range, checked against mpmath by the tests): as eps = 2ab,
+    e^eps phi(a + b) = phi(a - b), so with x = a - b, y = a + b and the Mills ratio R,
+
+    - x < 0: delta = phi(x) (R(-x) - R(y)), the difference of Mills ratios taken as an integral
+      when y + x = 2a is small (:func:`_mills_difference`);
+    - x >= 0: delta = (erf(x/sqrt 2) + erf(y/sqrt 2))/2 - (e^eps - 1) Phi(-y), the last term as
+      ``expm1(eps) Phi(-y)`` for eps < 1 and as phi(x) R(y) - Phi(-y) above.
+
+    (The log-space form log Phi(a-b) vs eps + log Phi(-a-b) cancels catastrophically for tiny
+    and for huge eps: e.g. it returned 0 for eps = 2^62 where the exact delta is 0.5.)
     """
     a = sensitivity / (2.0 * sigma)
     b = epsilon * sigma / sensitivity
-    log_first = _log_ndtr(a - b)
-    log_second = epsilon + _log_ndtr(-a - b)
-    if log_second >= log_first:
-        return 0.0
-    return float(math.exp(log_first) * -math.expm1(log_second - log_first))
+    x, y = a - b, a + b
+    if x < 0.0:
+        u = -x
+        if u > 40.0:  # phi(40) < 1e-347: delta underflows
+            return 0.0
+        phi = _INV_SQRT_2PI * math.exp(-0.5 * u * u)
+        return max(0.0, phi * _mills_difference(u, 2.0 * a))  # y - u = 2a, taken exactly
+    first = 0.5 * (math.erf(x * _SQRT_HALF) + math.erf(y * _SQRT_HALF))
+    if epsilon < 1.0:
+        second = math.expm1(epsilon) * float(special.ndtr(-y))
+    else:
+        second = (_INV_SQRT_2PI * math.exp(-0.5 * x * x) * float(_mills(y))
+                  - float(special.ndtr(-y)))
+    return min(1.0, max(0.0, first - second))
+
+
+def _mp_ncdf(x: mpmath.mpf) -> mpmath.mpf:
+    """Phi(x) in mpmath; for |x| > 1e50 through the asymptotic Mills series.
+
+    ``mpmath.ncdf`` overflows a float inside its series test for arguments beyond ~1e150;
+    there R(t) = 1/t - 1/t^3 + 3/t^5 - 15/t^7 has relative error < 105/t^8 < 1e-398
+    (Abramowitz-Stegun 7.1.23).
+    """
+    if abs(x) <= mpmath.mpf(10) ** 50:
+        return mpmath.ncdf(x)
+    t = abs(x)
+    mills = 1 / t - 1 / t**3 + 3 / t**5 - 15 / t**7
+    tail = mpmath.npdf(t) * mills
+    return tail if x < 0 else 1 - tail
+
+
+def analytic_gaussian_delta_exact(epsilon: float, sigma: float,
+                                  sensitivity: float = 1.0) -> float:
+    """Balle-Wang Theorem 8 evaluated in arbitrary precision (mpmath), rounded *up* to a float.
+
+    An independent check of :func:`analytic_gaussian_delta`: the textbook form
+    Phi(a - b) - e^eps Phi(-a - b) on the exact binary values of the arguments, at increasing
+    precision (50 to 1600 digits) until two successive precisions agree to 1e-20 relative (the
+    cancellation of the two terms costs as many digits as their ratio to delta has).
+
+    Returns:
+        A float >= the exact delta (the smallest subnormal when delta < Phi(a - b) < 1e-320).
+    """
+    if sensitivity / (2.0 * sigma) - epsilon * sigma / sensitivity < -38.0:
+        # delta <= Phi(a - b) < Phi(-37.9) < 1e-313 (the a - b computed in floats is within
+        # 1e-15 relative of the exact one): no double can tell it from 0.
+        return 5e-324
+    previous = None
+    for dps in (50, 100, 200, 400, 800, 1600):
+        with mpmath.workdps(dps):
+            eps = mpmath.mpf(epsilon)
+            sig = mpmath.mpf(sigma)
+            sens = mpmath.mpf(sensitivity)
+            a = sens / (2 * sig)
+            b = eps * sig / sens
+            value = _mp_ncdf(a - b) - mpmath.exp(eps) * _mp_ncdf(-a - b)
+            # The exact delta is > 0 for every finite sigma: a value <= 0 is cancellation.
+            if (previous is not None and value > 0
+                    and abs(value - previous) <= mpmath.mpf("1e-20") * value):
+                out = float(value)
+                return min(1.0, math.nextafter(out, math.inf) if out < value else out)
+            previous = value
+    raise ValueError(  # pragma: no cover - 1600 digits cover every double argument
+        f"could not evaluate the Gaussian delta at epsilon={epsilon!r}, sigma={sigma!r}")
 
 
 def smallest_satisfying(func: Callable[[float], float], target: float, lo: float, hi: float,
@@ -63,16 +161,43 @@ def smallest_satisfying(func: Callable[[float], float], target: float, lo: float
     return hi
 
 
+#: Sigmas (relative to the sensitivity) searched by :func:`calibrate_analytic_gaussian`.
+_MAX_SIGMA_SEARCH = 1e300
+
+
 def calibrate_analytic_gaussian(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
     """Smallest sigma for which N(0, sigma^2) is (epsilon, delta)-DP (Balle-Wang 2018, Alg. 1).
 
-    Solved by bisection on the exact curve of Theorem 8; the result satisfies the target.
+    Solved by bisection on the exact curve of Theorem 8 (:func:`analytic_gaussian_delta`, to
+    1e-12 relative), then *verified* in arbitrary precision
+    (:func:`analytic_gaussian_delta_exact`) and, if the float bisection landed a hair short,
+    increased by relative steps of 2^-40, 2^-39, ... until the exact curve meets the target.
+    The returned sigma therefore always satisfies delta(epsilon, sigma) <= delta exactly.
+
+    Raises:
+        ValueError: If no sigma up to 1e300 * sensitivity meets the target (epsilon or delta
+            far too small).
     """
+    def curve(s: float) -> float:
+        return analytic_gaussian_delta(epsilon, s, sensitivity)
+
     hi = sensitivity
-    while analytic_gaussian_delta(epsilon, hi, sensitivity) > delta:
+    while curve(hi) > delta:
         hi *= 2.0
-    return smallest_satisfying(lambda s: analytic_gaussian_delta(epsilon, s, sensitivity), delta,
-                             1e-12 * sensitivity, hi)
+        if not hi <= _MAX_SIGMA_SEARCH * sensitivity:
+            raise ValueError(
+                f"epsilon={epsilon!r} and delta={delta!r} need a Gaussian sigma above "
+                f"{_MAX_SIGMA_SEARCH:g} x sensitivity; increase epsilon or delta")
+    sigma = smallest_satisfying(curve, delta, max(1e-12 * sensitivity, 1e-300), hi)
+    step = 2.0**-40
+    for _ in range(48):
+        if analytic_gaussian_delta_exact(epsilon, sigma, sensitivity) <= delta:
+            return sigma
+        sigma *= 1.0 + step
+        step *= 2.0
+    raise ValueError(  # pragma: no cover - the float curve is accurate to ~1e-12
+        f"could not calibrate a Gaussian sigma meeting epsilon={epsilon!r}, delta={delta!r} "
+        f"exactly")
 
 
 def discrete_gaussian_pmf(sigma: float, support: np.ndarray) -> np.ndarray:
@@ -88,30 +213,87 @@ def discrete_gaussian_pmf(sigma: float, support: np.ndarray) -> np.ndarray:
     return np.exp(-(support.astype(np.float64) ** 2) / (2 * sigma**2) - log_norm)
 
 
-def discrete_gaussian_delta(epsilon: float, sigma: float, sensitivity: int = 1) -> float:
-    """Exact delta(epsilon) of the discrete Gaussian mechanism with integer L1=L2 sensitivity.
+#: Largest sigma :func:`discrete_gaussian_delta` evaluates (its grid has 80 sigma points).
+_MAX_CHECKED_SIGMA = 1e6
+#: Unit roundoff of float64.
+_UNIT = 2.0**-53
+#: Upper bound on the discrete Gaussian mass beyond 40 sigma + 2 (e^-800 * sqrt(2 pi) sigma
+#: for sigma <= 10^6, over the normaliser >= 1): added to every delta, so the truncation is safe.
+_TRUNCATED_MASS = 1e-330
 
-    Canonne-Kamath-Steinke 2020, Theorem 7: for X ~ N_Z(0, sigma^2),
-    delta = P[X > eps sigma^2/Delta - Delta/2] - e^eps P[X > eps sigma^2/Delta + Delta/2].
-    The tails are summed over the exact (truncated at 40 sigma, error < 1e-300) pmf.
+
+def discrete_gaussian_delta(epsilon: float, sigma: float, sensitivity: int = 1, *,
+                            variance: Fraction | None = None) -> float:
+    """Certified upper bound on delta(epsilon) of the discrete Gaussian mechanism.
+
+    Canonne-Kamath-Steinke 2020, Theorem 7: for X ~ N_Z(0, sigma^2) and integer sensitivity
+    Delta, delta = P[X > eps sigma^2/Delta - Delta/2] - e^eps P[X > eps sigma^2/Delta + Delta/2].
+
+    Evaluated over the pmf on [-40 sigma - 2, 40 sigma + 2] in log space (e^eps times a tail is
+    ``exp(eps + log pmf)``, so no overflow for any eps; an overflowing term means delta = 0),
+    with every floating-point error bounded and charged *against* the claim:
+
+    - each term exp(arg) has relative error <= r = 2^-50 (16 + 2 log2(n) + max|arg|) (the
+      argument's absolute error, from x^2/(2 sigma^2), the log-sum-exp normaliser over n points
+      and the addition of eps, is below that), so the result is A (1 + r) - B (1 - r);
+    - the thresholds (the first integers above eps sigma^2/Delta -+ Delta/2) are computed in
+      exact rational arithmetic, from ``variance`` when given (the sampler's exact rational
+      sigma^2) and from sigma^2 of the double ``sigma`` otherwise;
+    - the tails are summed pairwise (relative error < (32 + log2 n) u, added to r);
+    - the mass beyond the grid (< 1e-330) is added.
+
+    The result is therefore >= the exact delta, and within ~1e-12 relative of it in the usual
+    range; the tests compare it with an mpmath evaluation.
     """
-    half = math.ceil(40 * sigma) + sensitivity + 2
-    grid = np.arange(-half, half + 1)
-    pmf = discrete_gaussian_pmf(sigma, grid)
-    t1 = epsilon * sigma**2 / sensitivity - sensitivity / 2.0
-    t2 = epsilon * sigma**2 / sensitivity + sensitivity / 2.0
-    first = math.fsum(pmf[grid > t1])
-    second = math.fsum(pmf[grid > t2])
-    return max(0.0, first - math.exp(epsilon) * second)
+    if not 0.0 < sigma <= _MAX_CHECKED_SIGMA:
+        raise ValueError(f"sigma must be a real number in (0, {_MAX_CHECKED_SIGMA:g}] for the "
+                         f"discrete Gaussian curve (a grid of 80 sigma points); got {sigma!r}")
+    half = math.ceil(40 * sigma) + 2
+    grid = np.arange(-half, half + 1, dtype=np.float64)
+    expo = -(grid * grid) / (2.0 * sigma * sigma)
+    log_norm = float(special.logsumexp(expo))
+    log_pmf = expo - log_norm
+    var = Fraction(sigma) ** 2 if variance is None else Fraction(variance)
+    center = Fraction(epsilon) * var / sensitivity
+    half_shift = Fraction(sensitivity, 2)
+    k1 = math.floor(center - half_shift) + 1  # X > t1  <=>  X >= k1 (exactly)
+    k2 = math.floor(center + half_shift) + 1
+    # Sums of positive terms by numpy's pairwise summation: relative error below
+    # (32 + log2 n) u (blocks of 128 summed by 8 accumulators, then halving), added to r.
+    first = float(np.sum(np.exp(log_pmf[grid >= min(k1, half + 1)])))
+    with np.errstate(over="ignore"):
+        second = float(np.sum(np.exp(epsilon + log_pmf[grid >= min(k2, half + 1)])))
+    worst_arg = float(np.max(np.abs(log_pmf))) + abs(epsilon)
+    log_n = math.log2(grid.size)
+    r = 4.0 * _UNIT * (16.0 + 2.0 * log_n + worst_arg) + _UNIT * (32.0 + log_n)
+    if second * (1.0 - r) >= first * (1.0 + r):
+        return 0.0
+    return min(1.0, first * (1.0 + r) - second * (1.0 - r) + _TRUNCATED_MASS)
 
 
-def calibrate_discrete_gaussian(epsilon: float, delta: float, sensitivity: int = 1) -> float:
-    """Smallest sigma (to 1e-9 relative) making N_Z(0, sigma^2) (epsilon, delta)-DP (CKS Thm 7)."""
-    hi = float(sensitivity)
-    while discrete_gaussian_delta(epsilon, hi, sensitivity) > delta:
+def calibrate_discrete_gaussian(epsilon: float, delta: float, sensitivity: int = 1,
+                                *, max_sigma: float = 1e6) -> float:
+    """Smallest sigma (to 1e-9 relative) making N_Z(0, sigma^2) (epsilon, delta)-DP (CKS Thm 7).
+
+    Bisection on the certified curve :func:`discrete_gaussian_delta`, so the returned sigma
+    meets the target.
+
+    Raises:
+        ValueError: If no sigma up to ``max_sigma`` meets the target.
+    """
+    def curve(s: float) -> float:
+        return discrete_gaussian_delta(epsilon, s, sensitivity)
+
+    max_sigma = min(max_sigma, _MAX_CHECKED_SIGMA / 2.0)
+    hi = min(float(sensitivity), max_sigma)
+    while curve(hi) > delta:
         hi *= 2.0
+        if hi > 2.0 * max_sigma:
+            raise ValueError(
+                f"epsilon={epsilon!r} and delta={delta!r} with sensitivity={sensitivity} need a "
+                f"discrete Gaussian sigma above {max_sigma:g}; increase epsilon or delta")
     # discrete_gaussian_delta is not monotone in sigma (lattice effects of up to a few percent
     # have been measured); bisection still returns a point that satisfies the target, which is
     # what soundness needs, and callers that round sigma afterwards must re-check the curve.
-    return smallest_satisfying(lambda s: discrete_gaussian_delta(epsilon, s, sensitivity), delta,
-                             hi / 2.0 if hi > sensitivity else 1e-3, hi, rel_tol=1e-9)
+    return smallest_satisfying(curve, delta, hi / 2.0 if hi > sensitivity else 1e-3, hi,
+                               rel_tol=1e-9)

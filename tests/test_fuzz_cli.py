@@ -134,3 +134,31 @@ def test_audit_plot_into_a_missing_folder_creates_nothing(capsys, tmp_path):
                          capsys)
     assert code == 2 and "--plot" in captured.err
     assert not (tmp_path / "missing").exists()
+
+
+def test_an_os_error_mid_command_is_one_line(capsys, monkeypatch):
+    """A disk that fills up during a command: exit 2 and one line naming the cause and file."""
+    import dpkd_audit.cli.main as cli_main
+
+    def full_disk(args):
+        raise OSError(28, "No space left on device", "/data/out/record.json")
+
+    monkeypatch.setattr(cli_main, "_cmd_mechanisms", full_disk)
+    code, captured = run(["mechanisms"], capsys)
+    assert code == 2
+    assert "No space left on device" in captured.err and "record.json" in captured.err
+
+
+@pytest.mark.parametrize("flag", ["--plot", "--ledger"])
+def test_unwritable_output_paths_are_refused_before_work(capsys, monkeypatch, tmp_path, flag):
+    """Root ignores permission bits, so the refusal of os.access is simulated."""
+    import os
+
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: (
+        False if str(path).startswith(str(tmp_path)) else real_access(path, mode)))
+    argv = (["audit", "Laplace", "--samples", "2000", "--plot", str(tmp_path / "x.png")]
+            if flag == "--plot" else ["demo", "--ledger", str(tmp_path / "l.sqlite")])
+    code, captured = run(argv, capsys)
+    assert code == 2 and flag in captured.err and "not writable" in captured.err
+    assert list(tmp_path.iterdir()) == []

@@ -362,6 +362,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, BudgetExceededError, LedgerError, DatasetNotFoundError) as exc:
         print(f"dpkd {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # e.g. a disk that fills up or a path made read-only mid-run
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"dpkd {args.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -49,7 +49,10 @@ class Sensitivity:
     norm: Norm
 
     def __post_init__(self) -> None:
-        _validate.check_positive("sensitivity", self.value)
+        value = _validate.check_positive("sensitivity", self.value)
+        if value < _validate.SMALLEST_NORMAL:  # subnormal: scales derived from it lose bits
+            raise ValueError(f"sensitivity must be a real number >= "
+                             f"{_validate.SMALLEST_NORMAL:g} (a normal double); got {self.value!r}")
         if not isinstance(self.norm, Norm):
             raise ValueError(f"sensitivity norm must be a Norm ({', '.join(n.name for n in Norm)})"
                              f"; got {self.norm!r}")
@@ -143,26 +146,49 @@ class Mechanism(abc.ABC):
     def neighbours(self) -> tuple[Any, Any]:
         """A worst-case pair of neighbouring inputs (for auditing)."""
 
+    def _values_per_output(self, value: Any) -> int:
+        """Values drawn or returned per output on the validated ``value`` (for the size cap).
+
+        Default: the size of an array input (at least 1). Mechanisms whose outputs or noise are
+        larger than their input (noisy max: one noise per class; shufflers: one report per
+        user) override it.
+        """
+        return max(1, int(value.size)) if isinstance(value, np.ndarray) else 1
+
     def sample(self, value: Any, n: int, *, rng: np.random.Generator) -> Any:
         """``n`` independent outputs on ``value``, vectorised (not charged to any ledger).
 
         For auditing and simulation only: a release of private data goes through
         :meth:`release` with a ledger.
+
+        Raises:
+            ValueError: On an invalid ``value``, ``n`` or ``rng``, or if the ``n`` outputs would
+                hold more than :data:`~dpkd_audit._validate.MAX_SAMPLE_VALUES` values (checked
+                before anything is drawn).
         """
         n = _validate.check_sample_count(n)
         rng = _validate.check_generator(rng)
-        return self._sample(self._check_value(value), n, rng)
+        value = self._check_value(value)
+        _validate.check_output_size(n, self._values_per_output(value))
+        return self._sample(value, n, rng)
 
     def release(self, value: Any, *, rng: np.random.Generator,
                 ledger: Ledger | None = None, label: str | None = None) -> Any:
         """One private output on ``value``.
 
-        With a ``ledger``, the release is charged first: if the ledger refuses
+        The input is validated completely (type, dtype, shape, domain, output size) *before*
+        the ledger is charged, so an invalid input raises ``ValueError`` and costs nothing.
+        With a ``ledger``, the release is then charged: if the ledger refuses
         (``BudgetExceededError``) nothing is sampled and nothing is returned; if it accepts, the
         charge is durably recorded before the output exists.
         """
         rng = _validate.check_generator(rng)
         value = self._check_value(value)
+        per_output = self._values_per_output(value)
+        if per_output > _validate.MAX_SAMPLE_VALUES:
+            raise ValueError(f"value must give outputs of at most {_validate.MAX_SAMPLE_VALUES:.0e}"
+                             f" values (the largest request a call may allocate); this one "
+                             f"needs {per_output}")
         if ledger is not None:
             ledger.charge(self.event, label=label or self.label)
         return self._first(self._sample(value, 1, rng))

@@ -2,12 +2,19 @@
 
 For integer-valued releases prefer :mod:`dpkd_audit.mechanisms.discrete`, whose exact samplers
 have no floating-point artefacts (Mironov 2012).
+
+Limits (see :mod:`dpkd_audit._validate`): epsilon is a normal double; the derived noise scale
+(Laplace b, Gaussian sigma) lies in [1e-300, 1e300]; inputs are real numbers (integer or float
+dtypes, no booleans, strings, complex numbers or datetimes) with |x| <= 1e300; the Gaussian
+accepts epsilon <= 1e12 (:data:`MAX_GAUSSIAN_EPSILON`) and delta in [1e-300, 1).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -18,19 +25,67 @@ from dpkd_audit._privacy_math import calibrate_analytic_gaussian
 from dpkd_audit.events import CalibratedGaussianDpEvent
 from dpkd_audit.mechanisms.base import Mechanism, Norm, Sensitivity, coerce_sensitivity
 
-__all__ = ["Gaussian", "Laplace", "as_real_array"]
+__all__ = ["MAX_GAUSSIAN_EPSILON", "Gaussian", "Laplace", "as_real_array",
+           "calibrated_gaussian_sigma", "laplace_scale"]
+
+#: Largest epsilon of the calibrated (epsilon, delta) mechanisms (Gaussian, GNMax, discrete
+#: Gaussian). The float calibration evaluates a - b with a, b ~ sqrt(epsilon / 2) (Balle-Wang
+#: 2018, Thm 8); up to 1e12 its rounding (< 1e-9 absolute) is far below what the curve
+#: resolves, and the result is re-verified in arbitrary precision anyway. Larger epsilons
+#: promise nothing useful.
+MAX_GAUSSIAN_EPSILON = 1e12
 
 
 def as_real_array(value: Any, name: str = "value") -> np.ndarray:
-    """A finite float64 array (scalars become 0-d arrays); ValueError otherwise."""
+    """A finite float64 array of real numbers (scalars become 0-d arrays); ValueError otherwise.
+
+    The package's shared validator :func:`dpkd_audit._validate.as_real_array`: integer
+    (|x| <= 2^53) and float16/32/64 dtypes only, |x| <= 1e300; booleans, strings, bytes,
+    complex numbers, datetimes and objects are refused.
+    """
+    return _validate.as_real_array(value, name)
+
+
+def laplace_scale(sensitivity: float, epsilon: float, *, parameters: str) -> float:
+    """The Laplace scale b >= sensitivity/epsilon (exactly), checked to lie in [1e-300, 1e300].
+
+    The float quotient may be half an ulp below the exact one, which would make the real
+    epsilon sensitivity/b exceed the claim by an ulp: it is then moved up by one ulp (checked
+    in exact rational arithmetic), so sensitivity/b <= epsilon always (Dwork-Roth 2014, Thm 3.6
+    holds with any b >= sensitivity/epsilon).
+
+    Args:
+        sensitivity: The L1 sensitivity (> 0).
+        epsilon: The claimed epsilon (> 0).
+        parameters: The parameters to name in the error message.
+
+    Raises:
+        ValueError: If the scale is outside [1e-300, 1e300].
+    """
+    scale = sensitivity / epsilon
+    if math.isfinite(scale) and scale > 0 and \
+            Fraction(sensitivity) > Fraction(epsilon) * Fraction(scale):
+        scale = math.nextafter(scale, math.inf)
+    return _validate.check_noise_scale(scale, parameters=parameters,
+                                       what="Laplace scale sensitivity/epsilon")
+
+
+def calibrated_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    """Balle-Wang sigma for (epsilon, delta) and L2 sensitivity, verified and range-checked.
+
+    :func:`dpkd_audit._privacy_math.calibrate_analytic_gaussian` (bisection on the exact curve
+    of Theorem 8, then verification in arbitrary precision), and a check that sigma lies in
+    [1e-300, 1e300].
+
+    Raises:
+        ValueError: Naming epsilon, delta and sensitivity when no such sigma exists.
+    """
+    parameters = f"epsilon={epsilon!r}, delta={delta!r} with sensitivity={sensitivity!r}"
     try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be a real number or an array of real numbers; "
-                         f"got {type(value).__name__}") from exc
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} must be finite (no NaN or inf)")
-    return arr
+        sigma = calibrate_analytic_gaussian(epsilon, delta, sensitivity)
+    except ValueError as exc:
+        raise ValueError(f"{parameters} cannot be calibrated: {exc}") from exc
+    return _validate.check_noise_scale(sigma, parameters=parameters, what="Gaussian sigma")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -41,7 +96,8 @@ class Laplace(Mechanism):
     queries of L1 sensitivity Delta_1. Textbook floating-point sampler (``Generator.laplace``).
 
     Attributes:
-        epsilon: Claimed epsilon of one release (> 0).
+        epsilon: Claimed epsilon of one release (a normal double > 0, with the scale
+            sensitivity/epsilon in [1e-300, 1e300]).
         sensitivity: L1 sensitivity (a number or a ``Sensitivity`` in L1), default 1.
     """
 
@@ -52,13 +108,16 @@ class Laplace(Mechanism):
     sensitivity: Sensitivity | float = 1.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", _validate.check_epsilon(self.epsilon))
+        object.__setattr__(self, "epsilon", _validate.check_epsilon_range(self.epsilon))
         object.__setattr__(self, "sensitivity", coerce_sensitivity(self.sensitivity, Norm.L1))
+        _ = self.scale  # refuse an unusable scale now, before any release
 
-    @property
+    @functools.cached_property
     def scale(self) -> float:
-        """The Laplace scale b = Delta_1 / epsilon."""
-        return self.sensitivity.value / self.epsilon
+        """The Laplace scale b >= Delta_1 / epsilon (rounded up to a double)."""
+        return laplace_scale(self.sensitivity.value, self.epsilon,
+                             parameters=f"epsilon={self.epsilon!r} with "
+                                        f"sensitivity={self.sensitivity.value!r}")
 
     @property
     def event(self) -> _dp.DpEvent:
@@ -81,9 +140,12 @@ class Gaussian(Mechanism):
     Balle and Wang, ICML 2018, Theorem 8 / Algorithm 1: the smallest sigma for which the
     mechanism with L2 sensitivity Delta_2 is (epsilon, delta)-DP. Textbook floating-point sampler.
 
+    The calibrated sigma is re-checked against the exact curve in arbitrary precision (mpmath)
+    at construction, so the claim holds exactly for the real-valued mechanism.
+
     Attributes:
-        epsilon: Claimed epsilon of one release (> 0).
-        delta: Claimed delta of one release, in (0, 1).
+        epsilon: Claimed epsilon of one release, a normal double <= 1e12.
+        delta: Claimed delta of one release, in [1e-300, 1).
         sensitivity: L2 sensitivity (a number or a ``Sensitivity`` in L2), default 1.
     """
 
@@ -95,14 +157,16 @@ class Gaussian(Mechanism):
     sensitivity: Sensitivity | float = 1.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", _validate.check_epsilon(self.epsilon))
-        object.__setattr__(self, "delta", _validate.check_delta(self.delta, allow_zero=False))
+        object.__setattr__(self, "epsilon", _validate.check_epsilon_range(
+            self.epsilon, maximum=MAX_GAUSSIAN_EPSILON))
+        object.__setattr__(self, "delta", _validate.check_mechanism_delta(self.delta))
         object.__setattr__(self, "sensitivity", coerce_sensitivity(self.sensitivity, Norm.L2))
+        _ = self.sigma  # calibrate (and verify) now: refuse before any release
 
     @functools.cached_property
     def sigma(self) -> float:
         """Standard deviation of the noise (calibrated, never below what the claim needs)."""
-        return calibrate_analytic_gaussian(self.epsilon, self.delta, self.sensitivity.value)
+        return calibrated_gaussian_sigma(self.epsilon, self.delta, self.sensitivity.value)
 
     @property
     def event(self) -> _dp.DpEvent:

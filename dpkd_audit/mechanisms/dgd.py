@@ -23,6 +23,9 @@ eps-DP (Dwork-Roth 2014, Theorem 3.6); for clip = 1 this is the paper's 2c/eps1.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
+from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
@@ -30,7 +33,7 @@ from dp_accounting import dp_event as _dp
 
 from dpkd_audit import _validate
 from dpkd_audit.mechanisms.base import Mechanism, Norm, Sensitivity
-from dpkd_audit.mechanisms.continuous import as_real_array
+from dpkd_audit.mechanisms.continuous import as_real_array, laplace_scale
 
 __all__ = ["LatentCodeLaplace"]
 
@@ -50,9 +53,10 @@ class LatentCodeLaplace(Mechanism):
     (``Generator.laplace``).
 
     Attributes:
-        epsilon: Claimed epsilon per synthetic sample (> 0); the paper's eps1.
-        latent_dim: The latent dimension c (>= 1).
-        clip: Half-width of the clipping box (> 0), default 1.
+        epsilon: Claimed epsilon per synthetic sample (a normal double > 0, with the scale
+            2 clip c / eps in [1e-300, 1e300]); the paper's eps1.
+        latent_dim: The latent dimension c (1 <= c <= 10^8).
+        clip: Half-width of the clipping box, in (0, 1e300], default 1.
     """
 
     reference: ClassVar[str] = "Wang et al. (DGD), Sec. III-E; Dwork-Roth 2014 Thm 3.6"
@@ -63,20 +67,35 @@ class LatentCodeLaplace(Mechanism):
     clip: float = 1.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", _validate.check_epsilon(self.epsilon))
-        object.__setattr__(self, "latent_dim",
-                           _validate.check_int("latent_dim", self.latent_dim, minimum=1))
-        object.__setattr__(self, "clip", _validate.check_positive("clip", self.clip))
+        object.__setattr__(self, "epsilon", _validate.check_epsilon_range(self.epsilon))
+        object.__setattr__(self, "latent_dim", _validate.check_size("latent_dim",
+                                                                    self.latent_dim))
+        clip = _validate.check_positive("clip", self.clip)
+        if clip > _validate.MAX_ABS_REAL:
+            raise ValueError(f"clip must be a real number in (0, {_validate.MAX_ABS_REAL:g}]; "
+                             f"got {clip!r}")
+        object.__setattr__(self, "clip", clip)
+        _ = self.scale  # refuse an unusable scale (or an infinite sensitivity) now
+
+    @functools.cached_property
+    def _sensitivity_value(self) -> float:
+        """2 clip c as a double rounded *up* (the product may round down by half an ulp)."""
+        value = 2.0 * self.clip * self.latent_dim
+        if math.isfinite(value) and Fraction(value) < 2 * Fraction(self.clip) * self.latent_dim:
+            value = math.nextafter(value, math.inf)
+        return value
 
     @property
     def sensitivity(self) -> Sensitivity:
         """L1 distance between any two codes of [-clip, clip]^c: 2 clip c."""
-        return Sensitivity(value=2.0 * self.clip * self.latent_dim, norm=Norm.L1)
+        return Sensitivity(value=self._sensitivity_value, norm=Norm.L1)
 
-    @property
+    @functools.cached_property
     def scale(self) -> float:
-        """Laplace scale per coordinate: 2 clip c / eps (DGD: 2c/eps1)."""
-        return self.sensitivity.value / self.epsilon
+        """Laplace scale per coordinate: 2 clip c / eps (DGD: 2c/eps1), rounded up."""
+        return laplace_scale(self._sensitivity_value, self.epsilon,
+                             parameters=f"epsilon={self.epsilon!r} with clip={self.clip!r} and "
+                                        f"latent_dim={self.latent_dim}")
 
     @property
     def event(self) -> _dp.DpEvent:

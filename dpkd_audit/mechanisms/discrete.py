@@ -30,6 +30,7 @@ from dpkd_audit._privacy_math import (
 from dpkd_audit.events import DiscreteGaussianDpEvent
 from dpkd_audit.mechanisms import samplers
 from dpkd_audit.mechanisms.base import Mechanism, Norm, Sensitivity, coerce_sensitivity
+from dpkd_audit.mechanisms.continuous import MAX_GAUSSIAN_EPSILON
 
 __all__ = ["MAX_ABS_INPUT", "DiscreteGaussian", "DiscreteLaplace", "as_int_array"]
 
@@ -46,20 +47,12 @@ def as_int_array(value: Any, name: str = "value") -> np.ndarray:
     """An int64 array of integers with |x| <= 2^62 (scalars become 0-d arrays), else ValueError.
 
     Only integer dtypes are accepted: floats (even integral ones such as ``3.0``) and booleans
-    are refused, so that a real-valued query cannot be silently rounded.
+    are refused, so that a real-valued query cannot be silently rounded. The range is checked in
+    exact integer arithmetic before the conversion to int64 (no wrap-around of ``uint64``).
     """
-    try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be an integer or an array of integers; "
-                         f"got {type(value).__name__}") from exc
-    if arr.dtype.kind not in "iu":
-        raise ValueError(f"{name} must be an integer or an array of integers (integer dtype); "
-                         f"got dtype {arr.dtype} ({type(value).__name__})")
-    if arr.size and (int(arr.max()) > MAX_ABS_INPUT or int(arr.min()) < -MAX_ABS_INPUT):
-        raise ValueError(f"{name} must have entries in [-2^62, 2^62] (so that value + noise "
-                         f"fits in int64); got entries in [{arr.min()}, {arr.max()}]")
-    return arr.astype(np.int64)
+    return _validate.as_integer_array(
+        value, name, minimum=-MAX_ABS_INPUT, maximum=MAX_ABS_INPUT,
+        what="an integer or an array of integers (so that value + noise fits in int64)")
 
 
 def _laplace_scale_fraction(epsilon: float, sensitivity: int) -> Fraction:
@@ -96,7 +89,9 @@ class DiscreteLaplace(Mechanism):
     above b when b > 2^20), so the real epsilon Delta * s/t is <= the claimed epsilon.
 
     Attributes:
-        epsilon: Claimed epsilon of one release (> 0, and >= sensitivity/2^40).
+        epsilon: Claimed epsilon of one release (a normal double >= sensitivity/2^40). Above
+            sensitivity * 2^20 the scale is 2^-20 (noise almost always 0) and the mechanism is
+            (sensitivity * 2^20)-DP, which is below the claim.
         sensitivity: Integer L1 sensitivity (an int or a ``Sensitivity`` in L1), default 1.
     """
 
@@ -107,10 +102,10 @@ class DiscreteLaplace(Mechanism):
     sensitivity: Sensitivity | int = 1
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", _validate.check_epsilon(self.epsilon))
+        object.__setattr__(self, "epsilon", _validate.check_epsilon_range(self.epsilon))
         object.__setattr__(self, "sensitivity",
                            coerce_sensitivity(self.sensitivity, Norm.L1, integer=True))
-        _laplace_scale_fraction(self.epsilon, self._delta)  # fail early on an unusable scale
+        _ = self.scale_fraction  # fail early on an unusable scale
 
     @property
     def _delta(self) -> int:
@@ -193,9 +188,13 @@ class DiscreteGaussian(Mechanism):
     is above 1; release each coordinate as its own scalar query and compose, or use
     :class:`DiscreteLaplace` for L1-bounded vectors.
 
+    The curve is evaluated with every floating-point error charged against the claim
+    (:func:`dpkd_audit._privacy_math.discrete_gaussian_delta`), in log space, so no epsilon
+    overflows.
+
     Attributes:
-        epsilon: Claimed epsilon of one release (> 0).
-        delta: Claimed delta of one release, in (0, 1).
+        epsilon: Claimed epsilon of one release, a normal double <= 1e12.
+        delta: Claimed delta of one release, in [1e-300, 1).
         sensitivity: Integer L2 sensitivity (an int or a ``Sensitivity`` in L2), default 1.
     """
 
@@ -206,19 +205,25 @@ class DiscreteGaussian(Mechanism):
     sensitivity: Sensitivity | int = 1
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", _validate.check_epsilon(self.epsilon))
-        object.__setattr__(self, "delta", _validate.check_delta(self.delta, allow_zero=False))
+        object.__setattr__(self, "epsilon", _validate.check_epsilon_range(
+            self.epsilon, maximum=MAX_GAUSSIAN_EPSILON))
+        object.__setattr__(self, "delta", _validate.check_mechanism_delta(self.delta))
         object.__setattr__(self, "sensitivity",
                            coerce_sensitivity(self.sensitivity, Norm.L2, integer=True))
-        # Cheap feasibility check before the (lazy) exact calibration: the discrete sigma is
-        # within a whisker of the continuous one (CKS 2020, Sec. 1.1), and the exact sampler's
-        # int64 arithmetic supports sigma <= MAX_DISCRETE_GAUSSIAN_SIGMA.
-        approx = calibrate_analytic_gaussian(self.epsilon, self.delta, self._delta)
+        # Cheap feasibility check before the exact calibration: the discrete sigma is within a
+        # whisker of the continuous one (CKS 2020, Sec. 1.1), and the exact sampler's int64
+        # arithmetic supports sigma <= MAX_DISCRETE_GAUSSIAN_SIGMA.
+        parameters = (f"epsilon={self.epsilon!r}, delta={self.delta!r} with "
+                      f"sensitivity={self._delta}")
+        try:
+            approx = calibrate_analytic_gaussian(self.epsilon, self.delta, float(self._delta))
+        except ValueError as exc:
+            raise ValueError(f"{parameters} cannot be calibrated: {exc}") from exc
         if approx > 0.99 * samplers.MAX_DISCRETE_GAUSSIAN_SIGMA:
             raise ValueError(
-                f"epsilon={self.epsilon!r}, delta={self.delta!r} with sensitivity={self._delta} "
-                f"need sigma ~ {approx:.4g}, above the exact sampler's limit "
+                f"{parameters} need sigma ~ {approx:.4g}, above the exact sampler's limit "
                 f"{samplers.MAX_DISCRETE_GAUSSIAN_SIGMA:g}; increase epsilon or delta")
+        _ = self.variance  # calibrate exactly now: refuse before any release
 
     @property
     def _delta(self) -> int:
@@ -227,21 +232,29 @@ class DiscreteGaussian(Mechanism):
     @functools.cached_property
     def variance(self) -> Fraction:
         """The exact rational variance parameter sigma^2 = p/q handed to the sampler."""
-        target = calibrate_discrete_gaussian(self.epsilon, self.delta, self._delta)
+        target = calibrate_discrete_gaussian(
+            self.epsilon, self.delta, self._delta,
+            max_sigma=samplers.MAX_DISCRETE_GAUSSIAN_SIGMA)
 
         def curve(s: float) -> float:
             return discrete_gaussian_delta(self.epsilon, s, self._delta)
 
         for _ in range(16):
             var = _rational_variance(target)
-            if curve(math.sqrt(var)) <= self.delta:
+            if var > Fraction(samplers.MAX_DISCRETE_GAUSSIAN_SIGMA) ** 2:
+                break
+            # The claim must hold for the sampler's exact rational variance, and for the double
+            # sigma the event declares (and re-checks).
+            if (discrete_gaussian_delta(self.epsilon, math.sqrt(var), self._delta,
+                                        variance=var) <= self.delta
+                    and curve(math.sqrt(var)) <= self.delta):
                 return var
             # Rounding up landed on an upward jump of the Thm 7 curve: move past it.
             target = smallest_satisfying(curve, self.delta, math.sqrt(var), 2.0 * math.sqrt(var),
                                          rel_tol=1e-9)
         raise ValueError(  # pragma: no cover - never observed; kept so failure is loud
-            f"could not find a rational sigma^2 meeting epsilon={self.epsilon!r}, "
-            f"delta={self.delta!r}")
+            f"could not find a rational sigma^2 <= {samplers.MAX_DISCRETE_GAUSSIAN_SIGMA:g}^2 "
+            f"meeting epsilon={self.epsilon!r}, delta={self.delta!r}")
 
     @functools.cached_property
     def sigma(self) -> float:

@@ -31,15 +31,16 @@ from dp_accounting import dp_event as _dp
 from scipy import integrate, special
 
 from dpkd_audit import _validate
-from dpkd_audit._privacy_math import (
-    analytic_gaussian_delta,
-    calibrate_analytic_gaussian,
-    smallest_satisfying,
-)
+from dpkd_audit._privacy_math import analytic_gaussian_delta, smallest_satisfying
 from dpkd_audit.events import GaussianNoisyMaxDpEvent, LaplaceNoisyMaxDpEvent
 from dpkd_audit.mechanisms.base import Mechanism, Norm, Sensitivity
+from dpkd_audit.mechanisms.continuous import (
+    MAX_GAUSSIAN_EPSILON,
+    calibrated_gaussian_sigma,
+    laplace_scale,
+)
 
-__all__ = ["GaussianNoisyMax", "LaplaceNoisyMax", "check_vote_histograms"]
+__all__ = ["MAX_VOTES", "GaussianNoisyMax", "LaplaceNoisyMax", "check_vote_histograms"]
 
 #: L1 sensitivity of a vote histogram under replace-one neighbours (one vote moves).
 _L1_SENSITIVITY = 2
@@ -49,6 +50,11 @@ _L2_SENSITIVITY = math.sqrt(2.0)
 _BLOCK_ENTRIES = 1 << 22
 
 
+#: Largest vote count accepted: counts must be exact in float64, where the noise is added
+#: (a count above 2^53 would be rounded, which could stretch the sensitivity beyond one vote).
+MAX_VOTES = 1 << 53
+
+
 def check_vote_histograms(votes: Any, num_classes: int, *, name: str = "votes",
                           ndim: int = 1) -> np.ndarray:
     """Validate vote histograms: non-negative integers, last axis of length ``num_classes``.
@@ -56,7 +62,9 @@ def check_vote_histograms(votes: Any, num_classes: int, *, name: str = "votes",
     Args:
         votes: One histogram (``ndim=1``, shape ``(num_classes,)``) or a matrix of histograms
             (``ndim=2``, shape ``(m, num_classes)``, one query per row). Integer arrays, or float
-            arrays holding integral values, are accepted.
+            arrays holding integral values, are accepted; booleans, strings and objects are not.
+            Every count must be in [0, 2^53] (:data:`MAX_VOTES`), checked in exact integer
+            arithmetic before any conversion (a ``uint64`` 2^64 - 1 is refused, not read as -1).
         num_classes: Number of classes k.
         name: Parameter name used in error messages.
         ndim: 1 for one histogram, 2 for a matrix of histograms.
@@ -65,31 +73,17 @@ def check_vote_histograms(votes: Any, num_classes: int, *, name: str = "votes",
         The histograms as an ``int64`` array.
 
     Raises:
-        ValueError: On a wrong shape, a non-integral, negative, NaN or infinite entry, or a
-            non-numeric input.
+        ValueError: On a wrong shape, a non-integral, negative, too large, NaN or infinite
+            entry, or a non-numeric input.
     """
     shape_text = "(num_classes,)" if ndim == 1 else "(m, num_classes)"
-    try:
-        arr = np.asarray(votes)
-    except (TypeError, ValueError) as exc:  # e.g. ragged nested sequences
-        raise ValueError(f"{name} must be an array of non-negative integers of shape "
-                         f"{shape_text}; got {type(votes).__name__}") from exc
-    if arr.dtype.kind not in "iuf":
-        raise ValueError(f"{name} must be an array of non-negative integers; got dtype "
-                         f"{arr.dtype} ({type(votes).__name__})")
+    arr = _validate.as_integer_array(
+        votes, name, minimum=0, maximum=MAX_VOTES, allow_integral_float=True,
+        what=f"an array of non-negative integer vote counts of shape {shape_text}")
     if arr.ndim != ndim or arr.shape[-1] != num_classes or (ndim == 2 and arr.shape[0] < 1):
         raise ValueError(f"{name} must have shape {shape_text} with num_classes={num_classes}"
                          f"{' and m >= 1' if ndim == 2 else ''}; got shape {arr.shape}")
-    if arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)):
-            raise ValueError(f"{name} must be finite non-negative integers (no NaN or inf)")
-        if not np.all(arr == np.round(arr)):
-            raise ValueError(f"{name} must hold integer vote counts; got non-integral values")
-        if np.any(np.abs(arr) > 2.0**53):
-            raise ValueError(f"{name} must hold vote counts below 2^53")
-    if np.any(arr < 0):
-        raise ValueError(f"{name} must be non-negative vote counts; got minimum {arr.min()}")
-    return arr.astype(np.int64)
+    return arr
 
 
 class _NoisyMax(Mechanism):
@@ -126,6 +120,9 @@ class _NoisyMax(Mechanism):
     def _check_value(self, value: Any) -> np.ndarray:
         return check_vote_histograms(value, self.num_classes)
 
+    def _values_per_output(self, value: Any) -> int:
+        return self.num_classes  # one noise draw per class for every output
+
     def _noisy_argmax(self, votes: np.ndarray, rows: int, rng: np.random.Generator,
                       ) -> np.ndarray:
         """Argmax of ``votes + noise`` for ``rows`` rows (``votes`` is (k,) or (rows, k))."""
@@ -158,6 +155,8 @@ class _NoisyMax(Mechanism):
         rng = _validate.check_generator(rng)
         matrix = check_vote_histograms(vote_matrix, self.num_classes, name="vote_matrix",
                                        ndim=2)
+        _validate.check_output_size(matrix.shape[0], self.num_classes, name="vote_matrix rows",
+                                    what="noise draws per row")
         return self._noisy_argmax(matrix, matrix.shape[0], rng)
 
     def output_pmf(self, votes: Any) -> np.ndarray:
@@ -205,14 +204,14 @@ class _NoisyMax(Mechanism):
         :meth:`output_pmf` on both histograms for the exact loss of the pair.
 
         Args:
-            lead: Votes of class 1 in ``h`` (an integer >= 2); default per subclass (see its
-                docstring).
+            lead: Votes of class 1 in ``h`` (an integer in [2, 2^53]); default per subclass
+                (see its docstring), capped at 2^53.
 
         Returns:
             The two ``int64`` histograms.
         """
-        lead = (self._default_lead() if lead is None
-                else _validate.check_int("lead", lead, minimum=2))
+        lead = (min(self._default_lead(), MAX_VOTES) if lead is None
+                else _validate.check_int("lead", lead, minimum=2, maximum=MAX_VOTES))
         h = np.zeros(self.num_classes, dtype=np.int64)
         h_prime = np.zeros(self.num_classes, dtype=np.int64)
         h[1] = lead
@@ -243,8 +242,9 @@ class LaplaceNoisyMax(_NoisyMax):
     trade probability for loss.
 
     Attributes:
-        epsilon: Claimed epsilon of one query (> 0).
-        num_classes: Number of classes k (>= 2).
+        epsilon: Claimed epsilon of one query (a normal double with the scale 2/epsilon in
+            [1e-300, 1e300]).
+        num_classes: Number of classes k (2 <= k <= 10^8).
     """
 
     reference: ClassVar[str] = "Papernot et al. ICLR 2017 (PATE), Eq. 1; Dwork-Roth 2014 Claim 3.9"
@@ -253,9 +253,10 @@ class LaplaceNoisyMax(_NoisyMax):
     num_classes: int
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", _validate.check_epsilon(self.epsilon))
+        object.__setattr__(self, "epsilon", _validate.check_epsilon_range(self.epsilon))
         object.__setattr__(self, "num_classes",
-                           _validate.check_int("num_classes", self.num_classes, minimum=2))
+                           _validate.check_size("num_classes", self.num_classes, minimum=2))
+        _ = self.scale  # refuse an unusable scale now
 
     @classmethod
     def from_noise_scale(cls, noise_scale: float, num_classes: int) -> Self:
@@ -264,16 +265,23 @@ class LaplaceNoisyMax(_NoisyMax):
         PATE 2017 Section 3 (scale 1/gamma <-> 2 gamma-DP); e.g. DGD's scale 40 gives 0.05.
         """
         noise_scale = _validate.check_positive("noise_scale", noise_scale)
-        return cls(epsilon=_L1_SENSITIVITY / noise_scale, num_classes=num_classes)
+        _validate.check_noise_scale(noise_scale, parameters=f"noise_scale={noise_scale!r}",
+                                    what="Laplace scale")
+        epsilon = _L1_SENSITIVITY / noise_scale
+        if not epsilon >= _validate.SMALLEST_NORMAL:
+            raise ValueError(f"noise_scale must be a real number in [{_validate.MIN_NOISE_SCALE:g}"
+                             f", {_validate.MAX_NOISE_SCALE:g}]; got {noise_scale!r}")
+        return cls(epsilon=epsilon, num_classes=num_classes)
 
     @property
     def sensitivity(self) -> Sensitivity:
         return Sensitivity(value=_L1_SENSITIVITY, norm=Norm.L1)
 
-    @property
+    @functools.cached_property
     def scale(self) -> float:
-        """The Laplace scale b = 2 / epsilon of the noise on each count."""
-        return _L1_SENSITIVITY / self.epsilon
+        """The Laplace scale b >= 2 / epsilon of the noise on each count (rounded up)."""
+        return laplace_scale(float(_L1_SENSITIVITY), self.epsilon,
+                             parameters=f"epsilon={self.epsilon!r} (sensitivity 2 votes)")
 
     @property
     def event(self) -> _dp.DpEvent:
@@ -307,7 +315,7 @@ class LaplaceNoisyMax(_NoisyMax):
         return 60.0 * self.scale  # P[|Lap(b)| > 60 b] = e^{-60} ~ 1e-26
 
     def _default_lead(self) -> int:
-        return max(2, math.ceil(4.0 * self.scale))
+        return max(2, math.ceil(min(4.0 * self.scale, float(MAX_VOTES))))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -329,10 +337,13 @@ class GaussianNoisyMax(_NoisyMax):
     ``epsilon sigma^2 + 1``, so at that lead the pair attains the claimed delta up to the
     rounding of the lead to an integer: the guarantee is tight for k = 2.
 
+    The sensitivity used is the double nearest sqrt(2), which is *above* sqrt(2), so the
+    calibration is conservative; sigma is re-verified on the exact curve in arbitrary precision.
+
     Attributes:
-        epsilon: Claimed epsilon of one query (> 0).
-        delta: Claimed delta of one query, in (0, 1).
-        num_classes: Number of classes k (>= 2).
+        epsilon: Claimed epsilon of one query, a normal double <= 1e12.
+        delta: Claimed delta of one query, in [1e-300, 1).
+        num_classes: Number of classes k (2 <= k <= 10^8).
     """
 
     reference: ClassVar[str] = ("Papernot et al. ICLR 2018 (PATE GNMax), Sec. 4.1; "
@@ -343,10 +354,12 @@ class GaussianNoisyMax(_NoisyMax):
     num_classes: int
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", _validate.check_epsilon(self.epsilon))
-        object.__setattr__(self, "delta", _validate.check_delta(self.delta, allow_zero=False))
+        object.__setattr__(self, "epsilon", _validate.check_epsilon_range(
+            self.epsilon, maximum=MAX_GAUSSIAN_EPSILON))
+        object.__setattr__(self, "delta", _validate.check_mechanism_delta(self.delta))
         object.__setattr__(self, "num_classes",
-                           _validate.check_int("num_classes", self.num_classes, minimum=2))
+                           _validate.check_size("num_classes", self.num_classes, minimum=2))
+        _ = self.sigma  # calibrate (and verify) now: refuse before any release
 
     @classmethod
     def from_sigma(cls, sigma: float, num_classes: int, delta: float) -> Self:
@@ -384,7 +397,7 @@ class GaussianNoisyMax(_NoisyMax):
     @functools.cached_property
     def sigma(self) -> float:
         """Standard deviation of the noise on each count (Balle-Wang 2018, Algorithm 1)."""
-        return calibrate_analytic_gaussian(self.epsilon, self.delta, _L2_SENSITIVITY)
+        return calibrated_gaussian_sigma(self.epsilon, self.delta, _L2_SENSITIVITY)
 
     @property
     def event(self) -> _dp.DpEvent:
@@ -415,4 +428,5 @@ class GaussianNoisyMax(_NoisyMax):
         return 12.0 * self.sigma  # P[|N(0, sigma^2)| > 12 sigma] ~ 3.6e-33
 
     def _default_lead(self) -> int:
-        return max(2, round(self.epsilon * self.sigma**2 + 1.0))
+        lead = self.epsilon * (self.sigma * self.sigma) + 1.0  # may be inf: capped below
+        return max(2, round(min(lead, float(MAX_VOTES))))

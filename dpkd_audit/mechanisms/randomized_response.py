@@ -16,6 +16,7 @@ import numpy as np
 from dp_accounting import dp_event as _dp
 
 from dpkd_audit import _validate
+from dpkd_audit.mechanisms import samplers
 from dpkd_audit.mechanisms.base import Mechanism, Norm, Sensitivity
 
 __all__ = ["MAX_RR_EPSILON", "RandomizedResponse"]
@@ -47,15 +48,19 @@ class RandomizedResponse(Mechanism):
     not charge.
 
     Sampling (floating point, documented): the label is changed when ``rng.random() < q_flip``
-    with q_flip = (k-1)/(e^eps + k - 1) computed accurately and nudged up by 1e-15 relative;
+    with q_flip = (k-1)/(e^eps + k - 1) computed accurately and nudged up by 2^-50 relative;
     ``rng.random()`` returns multiples of 2^-53, so the real flip probability is
-    ceil(q_flip * 2^53) / 2^53 >= the ideal one (at least 2^-53, even for huge eps), and the
-    replacement label is an exact uniform integer over the other k-1 labels. More flipping only
-    lowers the likelihood ratio, so the real epsilon is <= the claim.
+    P = ceil(q_flip * 2^53) / 2^53 (:func:`~dpkd_audit.mechanisms.samplers.coin_probability`),
+    at least 2^-53 even for huge eps, and the replacement label is an exact uniform integer over
+    the other k-1 labels. The constructor computes the sampler's *exact* epsilon,
+    max |ln((1 - P) (k - 1) / P)|, from the rational P and refuses the parameters if it exceeds
+    the claim: more flipping lowers the ratio keep/other, but for tiny eps (below about
+    2^-50 k) the rounding could push keep below other, which would reverse the ratio.
 
     Attributes:
-        epsilon: Claimed epsilon of one release (> 0, <= 700).
-        num_classes: Number of labels k (an integer >= 2); labels are 0..k-1.
+        epsilon: Claimed epsilon of one release (<= 700, and large enough for the sampler's
+            2^-53 resolution: about 2^-50 num_classes).
+        num_classes: Number of labels k (an integer in [2, 10^8]); labels are 0..k-1.
     """
 
     reference = "Warner 1965; Kairouz-Oh-Viswanath JMLR 2016 (k-ary randomized response)"
@@ -64,13 +69,36 @@ class RandomizedResponse(Mechanism):
     num_classes: int
 
     def __post_init__(self) -> None:
-        eps = _validate.check_epsilon(self.epsilon)
-        if eps > MAX_RR_EPSILON:
-            raise ValueError(f"epsilon must be a real number in (0, {MAX_RR_EPSILON:g}] for "
-                             f"randomized response; got {eps!r}")
+        eps = _validate.check_epsilon_range(self.epsilon, maximum=MAX_RR_EPSILON)
         object.__setattr__(self, "epsilon", eps)
-        object.__setattr__(self, "num_classes",
-                           _validate.check_int("num_classes", self.num_classes, minimum=2))
+        k = _validate.check_size("num_classes", self.num_classes, minimum=2)
+        object.__setattr__(self, "num_classes", k)
+        if self.sampler_epsilon > eps:
+            raise ValueError(
+                f"epsilon must be a real number in [~{2.0**-50 * k:.3g}, {MAX_RR_EPSILON:g}] for "
+                f"randomized response with num_classes={k}: below, the 2^-53 resolution of the "
+                f"sampler's coin cannot realise the claim (its exact epsilon would be "
+                f"{self.sampler_epsilon:.3g}); got {eps!r}")
+
+    @property
+    def _flip_threshold(self) -> float:
+        """q_flip = (k-1)/(e^eps + k - 1), nudged up by 2^-50 relative (a few ulps)."""
+        k = self.num_classes
+        return min(1.0, (k - 1) / (k + math.expm1(self.epsilon)) * (1.0 + 2.0**-50))
+
+    @property
+    def sampler_epsilon(self) -> float:
+        """The exact epsilon of the floating-point sampler (rounded up), <= the claim.
+
+        max |ln(keep / other)| with keep = 1 - P and other = P / (k - 1), P the exact flip
+        probability ceil(q_flip 2^53) / 2^53 (Warner 1965; Kairouz-Oh-Viswanath 2016: the
+        likelihood ratio of k-ary RR is keep/other or its inverse).
+        """
+        flip = samplers.coin_probability(self._flip_threshold)
+        keep, other = 1 - flip, flip / (self.num_classes - 1)
+        if keep == 0 or other == 0:
+            return math.inf
+        return max(samplers.log_ratio_upper(keep, other), samplers.log_ratio_upper(other, keep))
 
     @property
     def sensitivity(self) -> Sensitivity:
@@ -112,30 +140,21 @@ class RandomizedResponse(Mechanism):
 
     # ------------------------------------------------------------------ sampling
     def _check_labels(self, value: Any, name: str) -> np.ndarray:
-        try:
-            arr = np.asarray(value)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{name} must be an integer label or an array of integer labels; "
-                             f"got {type(value).__name__}") from exc
-        if arr.dtype.kind not in "iu":
-            raise ValueError(f"{name} must be integer labels in [0, {self.num_classes}) "
-                             f"(integer dtype); got dtype {arr.dtype} ({type(value).__name__})")
-        if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= self.num_classes):
-            raise ValueError(f"{name} must be integer labels in [0, {self.num_classes}); got "
-                             f"entries in [{arr.min()}, {arr.max()}]")
-        return arr.astype(np.int64)
+        return _validate.as_integer_array(value, name, minimum=0, maximum=self.num_classes - 1,
+                                          what="integer labels (an int or an array of ints)")
 
     def _check_value(self, value: Any) -> np.ndarray:
         return self._check_labels(value, "value")
 
     def _sample(self, value: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
         k = self.num_classes
-        q_flip = (k - 1) / (k + math.expm1(self.epsilon))
-        q_flip = min(1.0, q_flip * (1.0 + 1e-15))
         out = np.broadcast_to(value, (n, *value.shape)).copy()
-        flip = rng.random(out.shape) < q_flip
-        # A uniform *other* label: shift by a uniform offset in {1, ..., k-1} (mod k).
-        out[flip] = (out[flip] + rng.integers(1, k, size=int(flip.sum()))) % k
+        flip = rng.random(out.shape) < self._flip_threshold
+        # A uniform *other* label: shift by a uniform offset in {1, ..., k-1} (mod k), computed
+        # without forming label + offset (no int64 overflow whatever k).
+        offset = rng.integers(1, k, size=int(flip.sum()))
+        labels = out[flip]
+        out[flip] = np.where(offset >= k - labels, labels - (k - offset), labels + offset)
         return out
 
     def neighbours(self) -> tuple[int, int]:

@@ -43,6 +43,7 @@ from dp_accounting import dp_event as _dp
 
 from dpkd_audit import _validate
 from dpkd_audit.events import BitRandomizedResponseDpEvent, CollisionDpEvent
+from dpkd_audit.mechanisms import samplers
 from dpkd_audit.mechanisms.base import Mechanism, Norm, Sensitivity
 from dpkd_audit.mechanisms.continuous import Laplace
 from dpkd_audit.mechanisms.discrete import DiscreteLaplace
@@ -65,6 +66,13 @@ COLLISION_REPORT_DTYPE = np.dtype([("seed", np.uint64), ("z", np.int64)])
 
 #: Largest Bloom filter length accepted (hash values are reduced mod l in uint64 arithmetic).
 MAX_BLOOM_LENGTH = 1 << 62
+
+#: Largest per-bit epsilon of BitRandomizedResponse (q = 1/(e^eps_b + 1) stays a normal double).
+_MAX_BIT_EPSILON = 700.0
+#: Largest epsilon of Collision (e^eps stays a finite double).
+MAX_COLLISION_EPSILON = 700.0
+#: Largest cardinality for which Collision checks its sampler exactly (one rational per h).
+_EXACT_COLLISION_CHECK = 4096
 
 # Default number of (client x domain element) hash evaluations per chunk of the estimators.
 _CHUNK_CELLS = 1 << 21
@@ -95,7 +103,7 @@ def _as_int_array(value: Any, name: str, *, keep_dtype: bool = False) -> np.ndar
             raise ValueError(f"{name} must contain finite integers (no NaN or inf)")
         if not np.all(arr == np.round(arr)):
             raise ValueError(f"{name} must contain integers; got non-integral values")
-        if arr.size and np.max(np.abs(arr)) >= 2.0 ** 62:
+        if arr.size and np.max(np.abs(arr.astype(np.float64))) >= 2.0 ** 62:
             raise ValueError(f"{name} has entries too large for int64")
         return arr.astype(np.int64)
     raise ValueError(f"{name} must be an array of integers; got dtype {arr.dtype}")
@@ -130,8 +138,13 @@ def _check_answers(value: Any, num_queries: int, num_classes: int, max_ones: int
 
 
 def _check_rknn_shape(k: Any, num_queries: Any, num_classes: Any, r: Any) -> tuple[int, ...]:
-    num_queries = _validate.check_int("num_queries", num_queries, minimum=1)
-    num_classes = _validate.check_int("num_classes", num_classes, minimum=2)
+    """Validate (k, s, |Y|, r); one answer (s x |Y| cells) may hold at most 10^8 cells."""
+    num_queries = _validate.check_size("num_queries", num_queries)
+    num_classes = _validate.check_size("num_classes", num_classes, minimum=2)
+    if num_queries * num_classes > _validate.MAX_SAMPLE_VALUES:
+        raise ValueError(f"num_queries * num_classes (cells of one answer) must be <= "
+                         f"{_validate.MAX_SAMPLE_VALUES:.0e}; got num_queries={num_queries}, "
+                         f"num_classes={num_classes}")
     k = _validate.check_int("k", k, minimum=1, maximum=num_queries)
     r = _validate.check_int("r", r, minimum=1, maximum=num_classes)
     return k, num_queries, num_classes, r
@@ -317,11 +330,14 @@ class ReverseKnnCountRelease(Mechanism):
     The noise mechanism is available as :attr:`noise`; this class adds the shape and count
     validation, the sensitivity derived from (k, r) and the worst-case neighbours.
 
+    Inputs: an ``(s, |Y|)`` matrix of non-negative integer counts (integer dtype, or floats
+    holding integers), at most 2^62 (discrete) or 2^53 (continuous); booleans are refused.
+
     Attributes:
-        epsilon: Claimed epsilon of one release (> 0).
+        epsilon: Claimed epsilon of one release (limits of the noise mechanism).
         k: Queries each record votes into, ``1 <= k <= num_queries``.
         num_queries: Number of queries s (>= 1).
-        num_classes: Number of classes |Y| (>= 2).
+        num_classes: Number of classes |Y| (>= 2); s |Y| <= 10^8.
         r: Labels per record, ``1 <= r <= num_classes`` (1 for multi-class).
         discrete: Exact discrete Laplace (True) or continuous Laplace (False).
     """
@@ -378,15 +394,25 @@ class ReverseKnnCountRelease(Mechanism):
     def event(self) -> _dp.DpEvent:
         return self.noise.event
 
+    @property
+    def max_count(self) -> int:
+        """Largest count accepted: 2^62 (discrete) or 2^53 (continuous).
+
+        Discrete: count + noise must fit in int64; continuous: the count must be exact in
+        float64.
+        """
+        return (1 << 62) if self.discrete else (1 << 53)
+
     def _check_value(self, value: Any) -> np.ndarray:
-        arr = _as_int_array(value, "value")
+        # Everything the noise mechanism would check is checked here, before any charge.
+        arr = _validate.as_integer_array(
+            value, "value", minimum=0, maximum=self.max_count, allow_integral_float=True,
+            what="a count matrix of non-negative integers")
         _check_shape(arr, (self.num_queries, self.num_classes), "value")
-        if arr.size and arr.min() < 0:
-            raise ValueError(f"value must contain non-negative counts; got {int(arr.min())}")
         return arr
 
     def _sample(self, value: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-        return self.noise.sample(value, n, rng=rng)
+        return self.noise._sample(value if self.discrete else value.astype(np.float64), n, rng)
 
     def neighbours(self) -> tuple[np.ndarray, np.ndarray]:
         """Counts of a one-record dataset before/after replacing the record (2kr L1 apart).
@@ -420,15 +446,21 @@ class BitRandomizedResponse(Mechanism):
     Server-side unbiased estimator (proof of Theorem 1): with ``p = e^(eps_b)/(e^(eps_b) + 1)``,
     ``E[(b' - q)/(p - q)] = b``, summed over clients (:meth:`estimate_counts`).
 
-    Floating point: a bit flips when ``Generator.random() < q``, i.e. with probability q rounded
-    up to a multiple of 2^-53; the effective epsilon differs from the claim by ~1e-16
-    (relative), far below anything observable.
+    Floating point (verified): eps_b is epsilon/(2kr) rounded *down* (so 2kr eps_b <= epsilon
+    exactly), and a bit flips when ``Generator.random() < q_f``, q_f = q nudged up by 2^-50
+    relative, i.e. with probability P = ceil(q_f 2^53) / 2^53 >= q exactly
+    (:func:`~dpkd_audit.mechanisms.samplers.coin_probability`). More flipping lowers the ratio
+    (1 - P)/P, so each bit is at most eps_b-LDP -- unless the rounding pushes P above 1/2 (tiny
+    eps_b, below about 2^-50), which would reverse the ratio: the constructor computes the
+    sampler's exact per-bit epsilon |ln((1 - P)/P)| and refuses parameters where it exceeds
+    eps_b. eps_b is also at most 700 (so q = 1/(e^eps_b + 1) is a normal double > 0).
 
     Attributes:
-        epsilon: Claimed local epsilon of one client's report (> 0).
+        epsilon: Claimed local epsilon of one client's report, with eps_b = epsilon/(2kr)
+            in [about 2^-50, 700].
         k: Queries each record votes into, ``1 <= k <= num_queries``.
         num_queries: Number of queries s (>= 1).
-        num_classes: Number of classes |Y| (>= 2).
+        num_classes: Number of classes |Y| (>= 2); s |Y| <= 10^8.
         r: Labels per record, ``1 <= r <= num_classes``.
     """
 
@@ -442,10 +474,38 @@ class BitRandomizedResponse(Mechanism):
     r: int = 1
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", _validate.check_epsilon(self.epsilon))
+        eps = _validate.check_epsilon_range(self.epsilon)
+        object.__setattr__(self, "epsilon", eps)
         k, s, y, r = _check_rknn_shape(self.k, self.num_queries, self.num_classes, self.r)
         for name, val in (("k", k), ("num_queries", s), ("num_classes", y), ("r", r)):
             object.__setattr__(self, name, val)
+        eps_b = self.epsilon_per_bit
+        allowed = (f"a real number with epsilon/(2kr) = epsilon/{2 * k * r} in "
+                   f"[~{2.0**-49:.3g}, {_MAX_BIT_EPSILON:g}]")
+        if not 0.0 < eps_b <= _MAX_BIT_EPSILON:
+            raise ValueError(f"epsilon must be {allowed}; got {eps!r}")
+        if self.sampler_epsilon_per_bit > eps_b:
+            raise ValueError(
+                f"epsilon must be {allowed} (below, the 2^-53 resolution of the sampler's coin "
+                f"cannot realise the per-bit epsilon {eps_b:.3g}); got {eps!r}")
+
+    @property
+    def _flip_threshold(self) -> float:
+        """Q = 1/(e^eps_b + 1) = expit(-eps_b), nudged up by 2^-50 relative."""
+        eps_b = self.epsilon_per_bit
+        return math.exp(-eps_b) / (1.0 + math.exp(-eps_b)) * (1.0 + 2.0**-50)
+
+    @property
+    def sampler_epsilon_per_bit(self) -> float:
+        """Exact per-bit epsilon |ln((1 - P)/P)| of the sampler (rounded up).
+
+        P is the exact probability of the flip coin ``rng.random() < q_f``.
+        """
+        flip = samplers.coin_probability(min(1.0, self._flip_threshold))
+        if flip == 0 or flip == 1:
+            return math.inf
+        return max(samplers.log_ratio_upper(1 - flip, flip),
+                   samplers.log_ratio_upper(flip, 1 - flip))
 
     @property
     def max_ones(self) -> int:
@@ -464,13 +524,21 @@ class BitRandomizedResponse(Mechanism):
 
     @property
     def epsilon_per_bit(self) -> float:
-        """eps_b = epsilon / (2kr) (paper, Local Private Mechanisms)."""
-        return self.epsilon / (2 * self.k * self.r)
+        """eps_b = epsilon / (2kr) (paper, Local Private Mechanisms), rounded down.
+
+        Rounded so that 2kr eps_b <= epsilon holds exactly (the composition over the 2kr
+        changed bits never exceeds the claim).
+        """
+        bits = 2 * self.k * self.r
+        eps_b = self.epsilon / bits
+        if eps_b > 0 and Fraction(eps_b) * bits > Fraction(self.epsilon):
+            eps_b = math.nextafter(eps_b, 0.0)
+        return eps_b
 
     @property
     def flip_probability(self) -> float:
-        """Flip probability q = 1 / (e^(eps_b) + 1) (paper, Theorem 1)."""
-        return 1.0 / (math.exp(self.epsilon_per_bit) + 1.0)
+        """Flip probability q = 1 / (e^(eps_b) + 1) (paper, Theorem 1), without overflow."""
+        return math.exp(-self.epsilon_per_bit) / (1.0 + math.exp(-self.epsilon_per_bit))
 
     @property
     def keep_probability(self) -> float:
@@ -499,7 +567,7 @@ class BitRandomizedResponse(Mechanism):
                               "value", batched=False)
 
     def _flip(self, answers: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        flips = rng.random(answers.shape) < self.flip_probability
+        flips = rng.random(answers.shape) < self._flip_threshold
         return answers ^ flips.astype(np.uint8)
 
     def _sample(self, value: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -614,13 +682,26 @@ class Collision(Mechanism):
 
     Default ``l = round(2c - 1 + c e^eps)`` (paper Theorem 2 with c = kr), at least c + 1.
 
-    Floating point: the "in H(V)" branch is taken when ``Generator.random() < h e^eps/Omega``
-    (probability rounded to a multiple of 2^-53); the choice within each branch is an exact
-    uniform integer draw. The effective epsilon differs from the claim by ~1e-15 (relative).
+    Floating point (verified): the "in H(V)" branch is taken when ``Generator.random() <
+    h e^eps_d/Omega_d``, a probability computed to a few ulps and then rounded up to the 2^-53
+    grid (:func:`~dpkd_audit.mechanisms.samplers.coin_probability`); the choice within each
+    branch is an exact uniform integer draw. For c <= 4096 the constructor computes the
+    sampler's *exact* epsilon from these rational probabilities (:meth:`sampler_epsilon`, over
+    every possible number h of distinct hash values). Above, every per-output probability is
+    within a relative rho = 2^-50 Omega / min(e^eps, l - c) of the design value (the branch
+    probabilities are at least e^eps/Omega and (l - c)/Omega), so the sampler is
+    (eps_d + ln((1 + rho)/(1 - rho)))-LDP. The sampler runs at the *design* epsilon
+    (:attr:`design_epsilon`): the claim itself when the exact check passes, else
+    eps_d = eps - 3 rho - 4 ulp(eps), which keeps the real epsilon below the claim. Parameters
+    for which neither works (an "outside" branch too rare for the 2^-53 grid, e.g. a huge eps
+    with a short ``bloom_length``, or a ``bloom_length`` near 2^62 with a small eps, where the
+    old sampler's real epsilon was several times the claim) are refused. The pmf and estimator
+    formulas below use the claimed eps; they differ from the sampler's law by at most the
+    relative rho (< 1e-9 with the default ``bloom_length`` and c <= 10^6).
 
     Attributes:
-        epsilon: Claimed local epsilon of one report (> 0).
-        domain_size: d, the domain ``[0, d)`` of the items (>= 1).
+        epsilon: Claimed local epsilon of one report, in (0, 700] (and above 3 rho).
+        domain_size: d, the domain ``[0, d)`` of the items (1 <= d <= 10^8).
         cardinality: c, the exact size of every input set, ``1 <= c <= d``.
         bloom_length: l, the hash range, ``c + 1 <= l <= 2^62`` (default as above).
     """
@@ -634,9 +715,9 @@ class Collision(Mechanism):
     bloom_length: int | None = None
 
     def __post_init__(self) -> None:
-        eps = _validate.check_epsilon(self.epsilon)
+        eps = _validate.check_epsilon_range(self.epsilon, maximum=MAX_COLLISION_EPSILON)
         object.__setattr__(self, "epsilon", eps)
-        d = _validate.check_int("domain_size", self.domain_size, minimum=1)
+        d = _validate.check_size("domain_size", self.domain_size)
         c = _validate.check_int("cardinality", self.cardinality, minimum=1, maximum=d)
         object.__setattr__(self, "domain_size", d)
         object.__setattr__(self, "cardinality", c)
@@ -650,6 +731,82 @@ class Collision(Mechanism):
             length = _validate.check_int("bloom_length", self.bloom_length, minimum=c + 1,
                                          maximum=MAX_BLOOM_LENGTH)
         object.__setattr__(self, "bloom_length", int(length))
+        if self.design_epsilon is None:
+            rho = self._rounding(eps)
+            raise ValueError(
+                f"epsilon={eps!r} with cardinality={c} and bloom_length={length} cannot be "
+                f"realised by the floating-point sampler (2^-53 coin resolution: relative "
+                f"error up to {rho:.3g} on the output probabilities); use a bloom_length nearer "
+                f"the default 2c - 1 + c e^eps, or a larger epsilon")
+
+    def _rounding(self, eps: float) -> float:
+        """rho(eps) = 2^-50 Omega / min(e^eps, l - c): relative error of every output probability.
+
+        2^-50 >= 2 x (4 ulps of float error + the 2^-53 coin grid); the branch probabilities are
+        at least e^eps/Omega (inside) and (l - c)/Omega (outside).
+        """
+        e = math.exp(eps)
+        c, length = self.cardinality, self.bloom_length
+        omega = c * e + length - c
+        return 2.0**-50 * omega / min(e, length - c)
+
+    def _inside_threshold(self, h: Any, design: float) -> Any:
+        """The sampler's threshold for the "z in H(V)" branch: h e^eps_d / Omega_d (floats).
+
+        The one expression used by both the sampler and the exact check, so that they agree
+        bit for bit.
+        """
+        e_d = math.exp(design)
+        return h * (e_d / (self.cardinality * e_d + self.bloom_length - self.cardinality))
+
+    def sampler_epsilon(self, design: float) -> float:
+        """Exact epsilon (rounded up) of the sampler run at ``design``, for c <= 4096.
+
+        For every possible number h of distinct hash values, the branch probability is exactly
+        P_in(h) = :func:`~dpkd_audit.mechanisms.samplers.coin_probability` of the threshold, so
+        the output probabilities are exactly P_in(h)/h (inside) and (1 - P_in(h))/(l - h)
+        (outside); the result is ln(largest / smallest) over all h (any two inputs).
+
+        Raises:
+            ValueError: For c > 4096 (use the bound of the class docstring).
+        """
+        c, length = self.cardinality, self.bloom_length
+        if c > _EXACT_COLLISION_CHECK:
+            raise ValueError(f"cardinality must be <= {_EXACT_COLLISION_CHECK} for the exact "
+                             f"sampler check; got {c}")
+        largest = smallest = None
+        for h in range(1, c + 1):
+            t = float(self._inside_threshold(h, design))
+            if not 0.0 < t < 1.0:
+                return math.inf
+            inside = samplers.coin_probability(t)
+            probs = (inside / h, (1 - inside) / (length - h))
+            if min(probs) == 0:
+                return math.inf
+            largest = max(probs) if largest is None else max(largest, *probs)
+            smallest = min(probs) if smallest is None else min(smallest, *probs)
+        return samplers.log_ratio_upper(largest, smallest)
+
+    @functools.cached_property
+    def design_epsilon(self) -> float | None:
+        """The epsilon the sampler runs at (see the class docstring); None if none works.
+
+        The claimed epsilon itself when the exact check (c <= 4096) shows the rounded sampler
+        within the claim; otherwise eps - 3 rho - 4 ulp(eps) when that is > 0 and rho <= 1e-3
+        (checked exactly again for c <= 4096, by the bound above it).
+        """
+        eps = self.epsilon
+        exact = self.cardinality <= _EXACT_COLLISION_CHECK
+        if exact and self.sampler_epsilon(eps) <= eps:
+            return eps
+        rho = self._rounding(eps)
+        design = eps - 3.0 * rho - 4.0 * math.ulp(eps)
+        if rho > 1e-3 or design <= 0.0:
+            return None
+        if exact:
+            return design if self.sampler_epsilon(design) <= eps else None
+        rho_d = self._rounding(design)
+        return design if design + math.log1p(rho_d) - math.log1p(-rho_d) <= eps else None
 
     @classmethod
     def for_reverse_knn(cls, *, epsilon: float, k: int, num_queries: int, num_classes: int,
@@ -691,7 +848,10 @@ class Collision(Mechanism):
 
     # ------------------------------------------------------------ validation
     def _check_sets(self, value: Any, name: str, *, batched: bool) -> np.ndarray:
-        arr = _as_int_array(value, name)
+        arr = _validate.as_integer_array(
+            value, name, minimum=0, maximum=self.domain_size - 1,
+            what="item indices (integers, distinct within a set)",
+            range_text=f"[0, {self.domain_size})")
         c = self.cardinality
         if batched:
             if arr.ndim != 2 or arr.shape[1] != c or arr.shape[0] < 1:
@@ -706,6 +866,9 @@ class Collision(Mechanism):
     def _check_value(self, value: Any) -> np.ndarray:
         return self._check_sets(value, "value", batched=False)
 
+    def _values_per_output(self, value: Any) -> int:
+        return 2 * self.cardinality  # hashes and ranks of the c items for every output
+
     # ------------------------------------------------------------ randomizer
     def output_pmf(self, index_set: Any, seed: int) -> np.ndarray:
         """Exact pmf of z over ``[0, l)`` for input set V and hash seed (Definition 5).
@@ -714,6 +877,9 @@ class Collision(Mechanism):
         """
         v = self._check_sets(index_set, "index_set", batched=False)
         seed_arr = _check_seeds(seed, shape=())
+        if self.bloom_length > _validate.MAX_SAMPLE_VALUES:
+            raise ValueError(f"output_pmf needs bloom_length <= {_validate.MAX_SAMPLE_VALUES:.0e} "
+                             f"(it returns one probability per output); got {self.bloom_length}")
         hv = np.unique(collision_hash(seed_arr, v, self.bloom_length))
         h = hv.size
         e = math.exp(self.epsilon)
@@ -733,15 +899,17 @@ class Collision(Mechanism):
         h = distinct.sum(axis=1)
         # Distinct hash values first (ascending), duplicates pushed to the end as sentinel l.
         compact = np.sort(np.where(distinct, hv, length), axis=1)
-        # Branch "z in H(V)": total probability h e^eps / Omega, uniform over the h values.
-        inside = rng.random(n) < h * (math.exp(self.epsilon) / self.omega)
+        # Branch "z in H(V)": total probability h e^eps_d / Omega_d, uniform over the h values.
+        inside = rng.random(n) < self._inside_threshold(h, self.design_epsilon)
         pick = rng.integers(0, h)
         z_in = np.take_along_axis(compact, pick[:, None], axis=1)[:, 0]
-        # Branch "otherwise": uniform over the l - h values outside H(V): the u-th one is
-        # found by stepping u past every member <= it, members taken in ascending order.
-        z_out = rng.integers(0, length - h)
-        for j in range(c):
-            z_out += (compact[:, j] <= z_out) & (j < h)
+        # Branch "otherwise": uniform over the l - h values outside H(V). The u-th of them is
+        # u + #{j < h : s_j - j <= u} for the sorted distinct members s_0 < s_1 < ...
+        # (s_j - j, the number of non-members below s_j, is non-decreasing), vectorised.
+        u = rng.integers(0, length - h)
+        ranks = np.arange(c)
+        below = ((compact - ranks) <= u[:, None]) & (ranks < h[:, None])
+        z_out = u + below.sum(axis=1)
         out = np.empty(n, dtype=COLLISION_REPORT_DTYPE)
         out["seed"] = seeds
         out["z"] = np.where(inside, z_in, z_out)

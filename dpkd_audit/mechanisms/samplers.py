@@ -22,14 +22,45 @@ from dpkd_audit import _validate
 
 __all__ = [
     "bernoulli_exp",
+    "coin_probability",
     "discrete_gaussian",
     "discrete_laplace",
+    "log_ratio_upper",
     "rational_at_least",
 ]
 
 _INT64_SAFE = 1 << 62
 # Largest discrete Gaussian sigma the int64 path supports: 2 * var_num * var_den * t^2 < 2^62.
 MAX_DISCRETE_GAUSSIAN_SIGMA = 30_000.0
+
+
+def coin_probability(threshold: float) -> Fraction:
+    """Exact probability of ``rng.random() < threshold`` for a numpy ``Generator``.
+
+    ``Generator.random()`` returns k 2^-53 with k uniform on {0, ..., 2^53 - 1} (the top 53 bits
+    of a 64-bit draw), so the probability is ceil(threshold 2^53) / 2^53 for threshold in
+    [0, 1]: the threshold rounded *up* to the 2^-53 grid. The floating-point mechanisms of the
+    package (randomized responses, Collision) verify their claims against these exact values.
+    """
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold must be a real number in [0, 1]; got {threshold!r}")
+    return Fraction(math.ceil(Fraction(threshold) * (1 << 53)), 1 << 53)
+
+
+def log_ratio_upper(numerator: Fraction, denominator: Fraction) -> float:
+    """A float >= ln(numerator / denominator) for positive rationals.
+
+    Computed as log1p((a - b) / b) with a = n1 d2 and b = d1 n2 exact integers (no cancellation
+    for ratios near 1), in mpmath at 50 significant digits, then rounded up.
+    """
+    import mpmath  # local: only the constructors of the float-coin mechanisms need it
+
+    a = numerator.numerator * denominator.denominator
+    b = numerator.denominator * denominator.numerator
+    with mpmath.workdps(50):
+        value = mpmath.log1p(mpmath.mpf(a - b) / mpmath.mpf(b))
+        out = float(value)
+        return math.nextafter(out, math.inf) if out < value else out
 
 
 def rational_at_least(value: float, *, max_denominator: int = 1 << 20,

@@ -55,11 +55,8 @@ def check_probability_vectors(probs: Any, num_classes: int, *, name: str = "stud
         The vectors as a float64 array.
     """
     shape_text = "(num_classes,)" if ndim == 1 else "(m, num_classes)"
-    try:
-        arr = np.asarray(probs, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be an array of probabilities of shape {shape_text}; "
-                         f"got {type(probs).__name__}") from exc
+    # Real numbers of a numeric dtype only (no strings, booleans, complex numbers, objects).
+    arr = _validate.as_real_array(probs, name)
     if arr.ndim != ndim or arr.shape[-1] != num_classes or (ndim == 2 and arr.shape[0] < 1):
         raise ValueError(f"{name} must have shape {shape_text} with num_classes={num_classes}"
                          f"{' and m >= 1' if ndim == 2 else ''}; got shape {arr.shape}")
@@ -108,9 +105,20 @@ class SelectiveRandomizedResponse(Mechanism):
     So the max ratio is <= e^eps in every case (Dwork-Roth 2014, Definition 2.4), and = e^eps
     exactly when both labels are in I (what :meth:`neighbours` returns).
 
+    Floating point (documented and verified): the true label is kept when
+    ``rng.random() < P_keep`` with P_keep a multiple of 2^-53 rounded *down* from
+    e^eps / (e^eps + m - 1) (by at most 2^-49 in all, float error included), so P_keep is
+    exactly realised and never above the ideal; every other choice is an exact uniform integer
+    draw. Then P_keep / P_other <= e^eps, P_keep m <= e^eps and 1/(m P_other) <= e^eps hold
+    for every eps (P_other >= the ideal one, also for huge eps where the ideal keep rounds to
+    1), and the three other ratios are <= 1 as long as the ideal keep - other,
+    (e^eps - 1)/(e^eps + m - 1) >= 2^-48 (twice the rounding), which holds for all m <= k when
+    it holds at m = k: the constructor requires it (eps >= about 2^-48 k).
+
     Attributes:
-        epsilon: Claimed epsilon of one released label (> 0).
-        num_classes: Number of classes k (>= 2).
+        epsilon: Claimed epsilon of one released label (a normal double, at least about
+            2^-48 num_classes).
+        num_classes: Number of classes k (2 <= k <= 10^8).
         threshold: The threshold t of Algorithm 1, in (0, 1); default 1/(2 k).
     """
 
@@ -121,9 +129,16 @@ class SelectiveRandomizedResponse(Mechanism):
     threshold: float | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", _validate.check_epsilon(self.epsilon))
-        k = _validate.check_int("num_classes", self.num_classes, minimum=2)
+        eps = _validate.check_epsilon_range(self.epsilon)
+        object.__setattr__(self, "epsilon", eps)
+        k = _validate.check_size("num_classes", self.num_classes, minimum=2)
         object.__setattr__(self, "num_classes", k)
+        gap = math.expm1(eps) / (math.expm1(eps) + k) if eps < 700 else 1.0
+        if gap < 2.0**-47:  # 2^-48 with a factor 2 for the rounding of this test itself
+            raise ValueError(
+                f"epsilon must be >= about {2.0**-47 * k:.3g} for selective randomized response "
+                f"with num_classes={k} (below, the 2^-53 resolution of the sampler's coin "
+                f"cannot realise the claim); got {eps!r}")
         t = 1.0 / (2 * k) if self.threshold is None else self.threshold
         object.__setattr__(self, "threshold",
                            _validate.check_probability("threshold", t, open_low=True,
@@ -171,6 +186,14 @@ class SelectiveRandomizedResponse(Mechanism):
         """e^eps / (e^eps + m - 1), written as 1 / (1 + (m - 1) e^-eps) (no overflow)."""
         return 1.0 / (1.0 + (np.asarray(size) - 1.0) * math.exp(-self.epsilon))
 
+    def _keep_threshold(self, size: np.ndarray | int) -> np.ndarray:
+        """The sampler's keep probability: a multiple of 2^-53 <= the ideal keep (see above).
+
+        ``rng.random() < t`` has probability exactly t for t on the 2^-53 grid.
+        """
+        keep = np.asarray(self._keep_probability(size), dtype=np.float64) * (1.0 - 2.0**-50)
+        return np.minimum(np.floor(keep * 2.0**53), 2.0**53 - 1.0) * 2.0**-53
+
     # ------------------------------------------------------------------ exact distribution
     def output_pmf(self, teacher_label: Any, student_probs: Any) -> np.ndarray:
         """The exact distribution of the released label (Algorithm 1, lines 8-11).
@@ -210,7 +233,7 @@ class SelectiveRandomizedResponse(Mechanism):
         members = np.flatnonzero(self._selected(probs))
         if label in members:
             others = members[members != label]
-            keep = rng.random(n) < self._keep_probability(members.size)
+            keep = rng.random(n) < self._keep_threshold(members.size)
             pick = others[rng.integers(0, others.size, size=n)]
             return np.where(keep, label, pick).astype(np.int64)
         return members[rng.integers(0, members.size, size=n)].astype(np.int64)
@@ -237,7 +260,7 @@ class SelectiveRandomizedResponse(Mechanism):
         rows = np.arange(m)
         size = mask.sum(axis=1)
         in_set = mask[rows, labels]
-        keep = in_set & (rng.random(m) < self._keep_probability(size))
+        keep = in_set & (rng.random(m) < self._keep_threshold(size))
         # Candidates when the label is not kept: I minus the label (label in I), else I.
         candidates = mask.copy()
         candidates[rows[in_set], labels[in_set]] = False

@@ -74,10 +74,15 @@ class ShuffledRandomizer(Mechanism):
     (unless every user holds a different input, e.g. vector-valued inputs, where it degrades
     to one call per user, still vectorised over the ``n`` outputs).
 
+    Limits: one output holds ``num_users`` reports, so ``num_users <= 10^8`` (and ``n *
+    num_users`` times the size of one report stays <= 10^8 per call; the reports are
+    materialised and permuted).
+
     Attributes:
         local: The local randomizer (a ``Mechanism`` with pure epsilon, ``delta == 0``).
-        num_users: Number of users n (an integer >= 1); an input is a sequence of n inputs.
-        delta: Target delta of the amplified claim, in [0, 1); 0 claims pure epsilon0-DP.
+        num_users: Number of users n (an integer in [1, 10^8]); an input is a sequence of n
+            inputs.
+        delta: Target delta of the amplified claim: 0 (pure epsilon0-DP) or in [1e-300, 1).
         epsilon: Claimed epsilon (derived, not an argument).
         amplified: Whether the FMT21 amplified bound is claimed (derived).
     """
@@ -100,9 +105,11 @@ class ShuffledRandomizer(Mechanism):
         if local_delta != 0.0:
             raise ValueError("local must be a pure epsilon-DP randomizer (local.delta == 0) for "
                              f"the shuffling bound; got local.delta={local_delta!r}")
-        eps0 = _validate.check_epsilon(self.local.epsilon, "local.epsilon")
-        num_users = _validate.check_int("num_users", self.num_users, minimum=1)
+        eps0 = _validate.check_epsilon_range(self.local.epsilon, name="local.epsilon")
+        num_users = _validate.check_size("num_users", self.num_users)
         delta = _validate.check_delta(self.delta)
+        if delta != 0.0:
+            delta = _validate.check_mechanism_delta(delta)
         epsilon, amplified = eps0, False
         if delta > 0.0:
             shuffled = numerical_epsilon(eps0, num_users, delta)
@@ -136,12 +143,16 @@ class ShuffledRandomizer(Mechanism):
     # ------------------------------------------------------------------ inputs
     def _check_value(self, value: Any) -> tuple[list[Any], np.ndarray]:
         """Validate one input per user; return (distinct checked inputs, user -> group index)."""
-        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        try:
+            length = None if isinstance(value, (str, bytes, dict)) else len(value)
+        except TypeError:  # no length (e.g. a scalar or a 0-d array)
+            length = None
+        if length is None:
             raise ValueError(f"value must be a sequence of num_users={self.num_users} user "
                              f"inputs; got {type(value).__name__}")
-        if len(value) != self.num_users:
+        if length != self.num_users:
             raise ValueError(f"value must hold exactly num_users={self.num_users} user inputs "
-                             f"(one per user); got {len(value)}")
+                             f"(one per user); got {length}")
         try:
             arr = np.asarray(value)
         except (TypeError, ValueError):  # ragged inputs: validate user by user
@@ -155,6 +166,11 @@ class ShuffledRandomizer(Mechanism):
             return groups, inverse.astype(np.int64)
         groups = [self._check_user(v, i) for i, v in enumerate(value)]
         return groups, np.arange(self.num_users, dtype=np.int64)
+
+    def _values_per_output(self, value: tuple[list[Any], np.ndarray]) -> int:
+        groups, _ = value
+        per_report = max((self.local._values_per_output(g) for g in groups), default=1)
+        return self.num_users * per_report
 
     def _check_user(self, item: Any, index: int) -> Any:
         try:
@@ -244,6 +260,15 @@ def _check_histogram_noise(noise_parameter: float, flood_shape: float,
                                         open_low=True, open_high=True))
 
 
+#: Most atoms of the per-bin sufficient statistic the exact accounting sums over (memory and
+#: time: a few arrays of this many float64s, sorted).
+MAX_HISTOGRAM_ATOMS = 1 << 21
+
+
+class _TooManyAtomsError(ValueError):
+    """The exact accounting would need more than MAX_HISTOGRAM_ATOMS atoms."""
+
+
 def _per_bin_atoms(noise_parameter: float, flood_shape: float, flood_probability: float,
                    tail_bound: float) -> tuple[np.ndarray, np.ndarray, float, float]:
     """Masses of the sufficient statistic T of one bin under Q1 and Q0, and the two tail lumps.
@@ -255,12 +280,26 @@ def _per_bin_atoms(noise_parameter: float, flood_shape: float, flood_probability
     a = math.exp(-noise_parameter)
     r, b = flood_shape, flood_probability
     # P(X >= kx) = a^kx <= tail_bound, and P(F > kf) <= tail_bound.
-    kx = max(1, math.ceil(math.log(tail_bound) / -noise_parameter))
+    kx_real = math.log(tail_bound) / -noise_parameter  # inf for a subnormal noise_parameter
+    if not kx_real <= MAX_HISTOGRAM_ATOMS:
+        raise _TooManyAtomsError(
+            f"noise_parameter={noise_parameter!r} needs {kx_real:.3g} atoms of the per-bin "
+            f"statistic (log(1/tail)/noise_parameter), more than {MAX_HISTOGRAM_ATOMS}")
+    kx = max(1, math.ceil(kx_real))
     kf = stats.nbinom.isf(tail_bound, r, 1.0 - b)
-    kf = int(kf) if math.isfinite(kf) else math.ceil(r * b / (1.0 - b))
+    if not math.isfinite(kf) or kf > MAX_HISTOGRAM_ATOMS:
+        raise _TooManyAtomsError(
+            f"flood_shape={r!r} with flood_probability={b!r} needs more than "
+            f"{MAX_HISTOGRAM_ATOMS} atoms of the per-bin statistic")
+    kf = int(kf)
     while stats.nbinom.sf(kf, r, 1.0 - b) > tail_bound:
         kf += 1
     big_k = kx + kf + 1
+    if big_k > MAX_HISTOGRAM_ATOMS:
+        raise _TooManyAtomsError(
+            f"noise_parameter={noise_parameter!r}, flood_shape={r!r} and "
+            f"flood_probability={b!r} need {big_k} atoms of the per-bin statistic, more than "
+            f"{MAX_HISTOGRAM_ATOMS}")
     ks = np.arange(big_k + 1)
     flood = stats.nbinom.pmf(ks, r, 1.0 - b)
     # H(k) = sum_{f <= k} F(f) a^(2(k - f)), i.e. H(k) = a^2 H(k-1) + F(k): stable recursion.
@@ -368,20 +407,23 @@ _MAX_FLOOD_SHAPE = 1e8
 
 def _smallest_flood_shape(delta_of: Any, target: float, ratio: float) -> float | None:
     """Smallest r (to the factor ``ratio``) with delta_of(r) <= target; the result satisfies it."""
-    hi = 1.0
-    while delta_of(hi) > target:
-        hi *= 2.0
-        if hi > _MAX_FLOOD_SHAPE:
-            return None
-    lo = hi / 2.0 if hi > 1.0 else 1e-6
-    if delta_of(lo) <= target:
-        return lo
-    while hi / lo > ratio:
-        mid = math.sqrt(lo * hi)
-        if delta_of(mid) <= target:
-            hi = mid
-        else:
-            lo = mid
+    try:
+        hi = 1.0
+        while delta_of(hi) > target:
+            hi *= 2.0
+            if hi > _MAX_FLOOD_SHAPE:
+                return None
+        lo = hi / 2.0 if hi > 1.0 else 1e-6
+        if delta_of(lo) <= target:
+            return lo
+        while hi / lo > ratio:
+            mid = math.sqrt(lo * hi)
+            if delta_of(mid) <= target:
+                hi = mid
+            else:
+                lo = mid
+    except _TooManyAtomsError:  # this flooding parameter needs more atoms than allowed
+        return None
     return hi
 
 
@@ -443,7 +485,8 @@ def _calibrate(epsilon: float, delta: float, central_fraction: float,
     if best is None:
         raise ValueError(f"cannot calibrate the shuffled histogram to ({epsilon}, {delta})-DP "
                          f"with central_fraction={central_fraction}: no flooding up to shape "
-                         f"{_MAX_FLOOD_SHAPE:g} suffices; lower central_fraction")
+                         f"{_MAX_FLOOD_SHAPE:g} suffices within {MAX_HISTOGRAM_ATOMS} atoms of "
+                         f"the exact accounting; change central_fraction (or epsilon)")
     _, b, _ = best
     r = _smallest_flood_shape(make(b), delta, 1.0 + 1e-4)
     if r is None:  # pragma: no cover - a coarser r already satisfied the target
@@ -492,11 +535,18 @@ class ShuffledHistogram(Mechanism):
     ``[..., j, 0] = P_j`` and ``[..., j, 1] = M_j``; :meth:`shuffled_messages` expands one
     view into the shuffled message list; :meth:`estimate` is the analyzer.
 
+    Limits: the exact accounting sums over at most 2^21 atoms of the per-bin statistic (about
+    log(1/delta)/eps_c for the geometric noise plus the flooding quantile), so a tiny
+    ``central_fraction * epsilon`` (which asked for petabytes before) is refused by name; one
+    output draws 3 num_bins values and a call at most 10^8; the real protocol
+    (:meth:`protocol_sample`) draws 3 num_users num_bins values per output, also capped at
+    10^8 per call; :meth:`shuffled_messages` refuses views of more than 10^8 messages.
+
     Attributes:
         epsilon: Claimed epsilon, in [0.01, 100].
         delta: Claimed delta, in [1e-14, 1).
-        num_users: Number of users n (an integer >= 1).
-        num_bins: Number of bins (an integer >= 2).
+        num_users: Number of users n (an integer in [1, 10^8]).
+        num_bins: Number of bins (an integer in [2, 10^8 / 3]).
         central_fraction: Share of epsilon spent on the central noise: eps_c =
             central_fraction * epsilon / 2 (default 0.9).
         noise_parameter: eps_c (derived).
@@ -519,8 +569,9 @@ class ShuffledHistogram(Mechanism):
     def __post_init__(self) -> None:
         epsilon = _validate.check_epsilon(self.epsilon)
         delta = _validate.check_delta(self.delta, allow_zero=False)
-        num_users = _validate.check_int("num_users", self.num_users, minimum=1)
-        num_bins = _validate.check_int("num_bins", self.num_bins, minimum=2)
+        num_users = _validate.check_size("num_users", self.num_users)
+        num_bins = _validate.check_size("num_bins", self.num_bins, minimum=2,
+                                        maximum=_validate.MAX_SAMPLE_VALUES // 3)
         fraction = _validate.check_probability("central_fraction", self.central_fraction,
                                                open_low=True, open_high=True)
         eps_c, r, b = calibrate_shuffled_histogram(epsilon, delta, fraction)
@@ -565,21 +616,17 @@ class ShuffledHistogram(Mechanism):
 
     # ------------------------------------------------------------------ inputs
     def _check_value(self, value: Any) -> np.ndarray:
-        try:
-            arr = np.asarray(value)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"value must be an integer array of num_users={self.num_users} "
-                             f"bin indices; got {type(value).__name__}") from exc
-        if arr.dtype.kind not in "iu":
-            raise ValueError(f"value must be integer bin indices in [0, {self.num_bins}) "
-                             f"(integer dtype); got dtype {arr.dtype}")
+        arr = _validate.as_integer_array(
+            value, "value", minimum=0, maximum=self.num_bins - 1,
+            what=f"an integer array of num_users={self.num_users} bin indices",
+            range_text=f"[0, {self.num_bins})")
         if arr.shape != (self.num_users,):
             raise ValueError(f"value must have shape (num_users,) = ({self.num_users},), one bin "
                              f"per user; got shape {arr.shape}")
-        if int(arr.min()) < 0 or int(arr.max()) >= self.num_bins:
-            raise ValueError(f"value must be bin indices in [0, {self.num_bins}); got entries "
-                             f"in [{arr.min()}, {arr.max()}]")
-        return arr.astype(np.int64)
+        return arr
+
+    def _values_per_output(self, value: Any) -> int:
+        return 3 * self.num_bins  # three noise draws per bin for every output (the view: 2)
 
     # ------------------------------------------------------------------ the protocol
     def user_messages(self, bin_index: int, *, rng: np.random.Generator) -> np.ndarray:
@@ -634,6 +681,8 @@ class ShuffledHistogram(Mechanism):
         rng = _validate.check_generator(rng)
         counts = np.bincount(self._check_value(value), minlength=self.num_bins)
         users = self.num_users
+        _validate.check_output_size(n, 3 * users * self.num_bins,
+                                    what="shares drawn per output (3 num_users num_bins)")
         out = np.empty((n, self.num_bins, 2), dtype=np.int64)
         rows = max(1, _BLOCK_ENTRIES // (users * self.num_bins))
         for start in range(0, n, rows):  # blocks of outputs, never one output at a time
@@ -691,6 +740,10 @@ class ShuffledHistogram(Mechanism):
         arr = self._check_view(view)
         if arr.ndim != 2:
             raise ValueError(f"view must be one view of shape (num_bins, 2); got {arr.shape}")
+        total = int(arr.sum(dtype=object))
+        if total > _validate.MAX_SAMPLE_VALUES:
+            raise ValueError(f"view must hold at most {_validate.MAX_SAMPLE_VALUES:.0e} messages "
+                             f"to be expanded into a message list; got {total}")
         bins = np.arange(self.num_bins)
         plus = np.repeat(bins, arr[:, 0])
         minus = np.repeat(bins, arr[:, 1])
