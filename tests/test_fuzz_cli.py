@@ -162,3 +162,49 @@ def test_unwritable_output_paths_are_refused_before_work(capsys, monkeypatch, tm
     code, captured = run(argv, capsys)
     assert code == 2 and flag in captured.err and "not writable" in captured.err
     assert list(tmp_path.iterdir()) == []
+
+
+#: Epsilon lists with at least one refused point (the later points too: "1,-1"), so that no
+#: example trains a model.
+BAD_EPSILONS = st.sampled_from(["", ",", "nan", "-1", "0", "a,b", "1e-320", "0.5,abc", "1,-1",
+                                "1,1e-320", "inf", "1e-310"])
+
+
+@SETTINGS
+@given(epsilons=BAD_EPSILONS,
+       modes=st.sampled_from(["central", "local-rr", "", "bogus", "central,,local-rr"]),
+       seeds=st.sampled_from(["0", "0,1", "", "-1", "x", "1.5", "99999999999999999999999"]),
+       clusters=st.one_of(st.just("10"), COUNTS))
+def test_sweep_rknn_refuses_bad_input_before_writing_anything(capsys, tmp_path, epsilons,
+                                                              modes, seeds, clusters):
+    out = tmp_path / "sweep"
+    argv = ["sweep", "rknn", "--dataset", "digits", "--epsilons", epsilons, "--modes", modes,
+            "--seeds", seeds, "--clusters", clusters, "--out", str(out), "--quiet"]
+    code, _ = run(argv, capsys)
+    assert code == 2
+    assert not out.exists()
+
+
+@SETTINGS
+@given(last=st.sampled_from(["0", "-1", "5", "x", "9223372036854775808"]),
+       kind=st.sampled_from(["missing", "dir", "empty", "text", "ledger", "fifo"]))
+def test_ledger_command_on_any_path(capsys, tmp_path_factory, last, kind):
+    import os
+
+    from dpkd_audit import Ledger
+
+    folder = tmp_path_factory.mktemp("ledger")
+    path = folder / "l.sqlite"
+    if kind == "dir":
+        path.mkdir()
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "text":
+        path.write_text("not a ledger\n" * 10)
+    elif kind == "ledger":
+        Ledger(epsilon=1.0, path=path).close()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    code, captured = run(["ledger", str(path), "--last", last], capsys)
+    valid = kind == "ledger" and last in ("0", "5", "9223372036854775808")
+    assert code == (0 if valid else 2), captured.err

@@ -64,7 +64,8 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
           f"{len(charges)} charge(s)")
     if charges:
         print(_table(["#", "label", "event"],
-                     [[c.seq, c.label, repr(c.event)] for c in charges[-args.last:]]))
+                     [[c.seq, c.label, repr(c.event)]
+                      for c in charges[max(0, len(charges) - args.last):]]))
     return 0
 
 
@@ -255,6 +256,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from exc
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
 def _plan_kinds():
     from dpkd_audit.accountants.budget import PlanKind
 
@@ -342,7 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ledger", help="show a ledger file: budget, spent epsilon, charges")
     p.add_argument("path", help="the SQLite ledger file")
-    p.add_argument("--last", type=int, default=20, help="show the last N charges (default 20)")
+    p.add_argument("--last", type=_count, default=20,
+                   help="show the last N charges (default 20; 0 shows none)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_ledger)
 

@@ -104,9 +104,10 @@ def _summary(record: dict[str, Any]) -> str:
 
 def _cmd_run_rknn(args: argparse.Namespace) -> int:
     from dpkd_audit.ledger import Ledger
-    from dpkd_audit.pipelines.rknn import ledger_for, release_rng, run
+    from dpkd_audit.pipelines.rknn import check_configs, ledger_for, release_rng, run
 
     config = _rknn_config(args, epsilon=args.epsilon, mode=args.mode)
+    check_configs([config], data_dir=args.data_dir)  # before anything is written
     out = _out_dir(args.out)
     if args.ledger:
         output_file(args.ledger, "--ledger")
@@ -141,11 +142,12 @@ def _done_keys(path: Path) -> set[tuple[str, float, int]]:
 
 
 def _cmd_sweep_rknn(args: argparse.Namespace) -> int:
-    from dpkd_audit.pipelines.rknn import sweep, sweep_configs
+    from dpkd_audit.pipelines.rknn import check_configs, sweep, sweep_configs
     from dpkd_audit.reports.accuracy import load_records, plot_accuracy, sweep_readme
 
     base = _rknn_config(args, epsilon=args.epsilons[0], mode=args.modes[0])
     configs = sweep_configs(base, epsilons=args.epsilons, modes=args.modes, seeds=args.seeds)
+    check_configs(configs, data_dir=args.data_dir)  # every point, before anything is written
     out = _out_dir(args.out)
     results_path = out / "results.jsonl"
     command = _command(args.argv)

@@ -32,7 +32,7 @@ from dpkd_audit.pipelines.rknn.release import (
     release_counts,
     shuffle_local_epsilon,
 )
-from dpkd_audit.pipelines.rknn.sweep import sweep, sweep_configs
+from dpkd_audit.pipelines.rknn.sweep import check_configs, sweep, sweep_configs
 
 __all__ = [
     "DEFAULT_SHUFFLE_DELTA",
@@ -45,6 +45,7 @@ __all__ = [
     "RknnConfig",
     "RknnResult",
     "build_mechanisms",
+    "check_configs",
     "ledger_for",
     "load_splits",
     "nearest_queries",

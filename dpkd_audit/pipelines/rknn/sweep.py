@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 
 from dpkd_audit import _validate
+from dpkd_audit.data import Splits
 from dpkd_audit.pipelines.rknn.config import ReleaseMode, RknnConfig
 from dpkd_audit.pipelines.rknn.pipeline import (
     Prepared,
@@ -25,9 +27,9 @@ from dpkd_audit.pipelines.rknn.pipeline import (
     release_rng,
     run,
 )
-from dpkd_audit.pipelines.rknn.release import ledger_for
+from dpkd_audit.pipelines.rknn.release import ledger_for, planned_events
 
-__all__ = ["sweep", "sweep_configs"]
+__all__ = ["check_configs", "sweep", "sweep_configs"]
 
 
 def sweep_configs(base: RknnConfig, *, epsilons: Sequence[float],
@@ -55,6 +57,40 @@ def sweep_configs(base: RknnConfig, *, epsilons: Sequence[float],
     return configs
 
 
+def check_configs(configs: Sequence[RknnConfig], *,
+                data_dir: str | os.PathLike | None = None) -> dict[tuple[Any, ...], Splits]:
+    """Check every config (point of a sweep, or one run) before any work.
+
+    Checks the dataset files, ``clusters`` against the public set, and that the release of each
+    point can be built (its mechanisms accept epsilon, delta, s and k).
+
+    Returns:
+        The loaded splits, keyed by (dataset, public size, split seed), for :func:`sweep`.
+
+    Raises:
+        ValueError: For an empty list, a non-config, or a point whose release is refused (the
+            message names the parameter and the point).
+        DatasetNotFoundError: If the dataset files are missing.
+    """
+    configs = list(configs)
+    if not configs or not all(isinstance(c, RknnConfig) for c in configs):
+        raise ValueError("configs must be a non-empty sequence of RknnConfig")
+    splits_cache: dict[tuple[Any, ...], Splits] = {}
+    for config in configs:
+        key = (config.dataset, config.public_size, config.split_seed)
+        if key not in splits_cache:
+            splits_cache[key] = load_splits(config, data_dir=data_dir)
+        splits = splits_cache[key]
+        check_clusters(config, splits.public_indices.size)
+        try:
+            planned_events(config, num_private=splits.private_indices.size,
+                           num_classes=splits.dataset.num_classes)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (sweep point mode={config.mode.value}, "
+                             f"epsilon={config.epsilon!r}, seed={config.seed})") from exc
+    return splits_cache
+
+
 def sweep(configs: Sequence[RknnConfig], *, device: torch.device | str | None = None,
           data_dir: str | os.PathLike | None = None,
           progress: bool = False) -> Iterator[RknnResult]:
@@ -68,15 +104,7 @@ def sweep(configs: Sequence[RknnConfig], *, device: torch.device | str | None = 
     and the dataset files found before the first run starts.
     """
     configs = list(configs)
-    if not configs or not all(isinstance(c, RknnConfig) for c in configs):
-        raise ValueError("configs must be a non-empty sequence of RknnConfig")
-    splits_cache = {}
-    for config in configs:  # fail early: missing files, clusters > public size
-        key = (config.dataset, config.public_size, config.split_seed)
-        if key not in splits_cache:
-            splits_cache[key] = load_splits(config, data_dir=data_dir)
-        else:
-            check_clusters(config, splits_cache[key].public_indices.size)
+    splits_cache = check_configs(configs, data_dir=data_dir)
     prepared: dict[tuple[object, ...], Prepared] = {}
     for config in configs:
         splits = splits_cache[(config.dataset, config.public_size, config.split_seed)]
