@@ -4,6 +4,8 @@ The top level exports the ledger and its errors; mechanisms, accountants and aud
 their subpackages (``dpkd_audit.mechanisms``, ``dpkd_audit.accountants``, ``dpkd_audit.audit``).
 """
 
+import importlib.metadata as _metadata
+
 from dpkd_audit.errors import (
     BudgetExceededError,
     LedgerAccessError,
@@ -15,7 +17,10 @@ from dpkd_audit.errors import (
 )
 from dpkd_audit.ledger import Charge, Ledger, SpentBudget
 
-__version__ = "0.1.0"
+try:  # one source of truth: the version in pyproject.toml, as installed
+    __version__ = _metadata.version("dpkd-audit")
+except _metadata.PackageNotFoundError:  # pragma: no cover - imported from an uninstalled tree
+    __version__ = "0+unknown"
 
 __all__ = [
     "BudgetExceededError",

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dpkd_audit.audit.features import FeatureSpec
 from dpkd_audit.audit.outputs import (
     TRAILING_CAP,
     KeyCoder,
@@ -16,7 +17,6 @@ from dpkd_audit.audit.outputs import (
     describe_float_key,
     describe_keys,
     float_bit_keys,
-    numeric_features,
     prepare_outputs,
 )
 
@@ -103,14 +103,40 @@ def test_float_bit_keys_examples_and_descriptions():
                                              dtype=np.dtype(np.float64))
 
 
-def test_numeric_features_raw_summaries_and_level_counts():
+def test_features_raw_summaries_and_level_counts():
     data = np.array([[0, 1, 1, 2], [2, 2, 2, 2]])
-    feats = numeric_features(prepare_outputs(data, 2), levels=np.array([0, 1, 2]))
-    # raw (4) + sum, mean, std, min, max (5) + counts of levels 0, 1, 2 (3)
-    assert feats.shape == (2, 12)
+    batch = prepare_outputs(data, 2)
+    spec = FeatureSpec.fit(batch)
+    feats = spec.transform(batch)
+    # raw (4) + sum, mean, std, min, max (5) + counts of levels 0, 1, 2 (3); two rows are too
+    # few for a column to count as discrete (values must repeat 4 times on average)
+    assert feats.shape == (2, 4 + 5 + 3)
     np.testing.assert_array_equal(feats[:, :4], data)
     np.testing.assert_allclose(feats[0, 4:9], [4, 1, np.std([0, 1, 1, 2]), 0, 2])
-    np.testing.assert_array_equal(feats[:, 9:], [[1, 2, 1], [0, 0, 4]])
+    np.testing.assert_array_equal(feats[:, -3:], [[1, 2, 1], [0, 0, 4]])
     records = np.zeros(3, dtype=[("seed", "<u8"), ("z", "<i8")])
     records["z"] = [1, 2, 3]
-    assert numeric_features(prepare_outputs(records, 3)).shape == (3, 2 + 5)
+    rec = prepare_outputs(records, 3)
+    # raw (2) + summaries (5)
+    assert FeatureSpec.fit(rec).transform(rec).shape == (3, 2 + 5)
+
+
+def test_features_keep_the_discrete_part_of_mixed_outputs():
+    """(index, value) tuples: one-hot index and index x value; NaN vectors: missing flags."""
+    rng = np.random.default_rng(0)
+    index, value = np.tile([0, 1, 2, 1], 5), rng.normal(size=20)
+    pairs = prepare_outputs(list(zip(index.tolist(), value.tolist(), strict=True)), 20)
+    assert pairs.kind is OutputKind.ARRAY and pairs.data.shape == (20, 2)
+    spec = FeatureSpec.fit(pairs)
+    assert [j for j, _ in spec.discrete] == [0] and spec.continuous.tolist() == [1]
+    feats = spec.transform(pairs)
+    # raw (2) + summaries (5) + one-hot index (3) + index x value (3)
+    assert feats.shape == (20, 13)
+    np.testing.assert_array_equal(feats[:, 7:10], np.eye(3)[index])
+    np.testing.assert_array_equal(feats[:, 10:], np.eye(3)[index] * value[:, None])
+    nan = prepare_outputs(np.array([[np.nan, 1.0], [2.0, np.nan], [np.nan, 3.5]]), 3)
+    nan_spec = FeatureSpec.fit(nan)
+    assert nan_spec.missing.tolist() == [0, 1] and nan_spec.has_discrete_part
+    keys = nan_spec.discrete_keys(nan)
+    assert keys[0] == keys[2] != keys[1]  # same missing pattern, different values
+    assert nan_spec.transform(nan)[:, -2:].tolist() == [[1, 0], [0, 1], [1, 0]]

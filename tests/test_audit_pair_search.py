@@ -17,6 +17,11 @@ CANDIDATES = [np.array([0.2, 0.5]), np.array([0.2, 0.9]), np.array([0.2, 5.0]),
               np.array([0.2, -3.0])]
 
 
+def one_record_apart(a, b):
+    """Replace-one neighbours: the datasets differ in exactly one record."""
+    return int(np.count_nonzero(a != b)) == 1
+
+
 def clipped_sum(eps: float, clip: bool = True):
     """Laplace(1/eps) on the (clipped) sum: eps-DP between datasets 1 apart in clipped sum."""
     def sample(x, n, rng):
@@ -31,7 +36,7 @@ def test_finds_the_worst_pair_of_a_clipped_sum_and_does_not_flag_it():
     # of x + Lap are another matter, see test_audit_auditor).
     pair, result = search_neighbouring_pair(clipped_sum(1.0), CANDIDATES, epsilon=1.0,
                                             pilot_n=50_000, n=200_000, rng=np.random.default_rng(0),
-                                            attack=Attack.THRESHOLD)
+                                            attack=Attack.THRESHOLD, is_neighbour=one_record_apart)
     assert pair[0] is CANDIDATES[2] and pair[1] is CANDIDATES[3]
     assert not result.violation
     assert 0.95 < result.epsilon_lower <= 1.0
@@ -43,7 +48,7 @@ def test_flags_a_sum_whose_clipping_is_missing():
     pair, result = search_neighbouring_pair(clipped_sum(1.0, clip=False), CANDIDATES,
                                             epsilon=1.0, pilot_n=2_000, n=20_000,
                                             rng=np.random.default_rng(1),
-                                            attack=Attack.THRESHOLD)
+                                            attack=Attack.THRESHOLD, all_pairs=True)
     assert pair[0] is CANDIDATES[2] and pair[1] is CANDIDATES[3]
     assert result.violation and result.epsilon_lower > 4.0
 
@@ -69,10 +74,28 @@ def test_only_the_given_pairs_are_tried():
     ({"pairs": [(0, 9)]}, "pairs"),
     ({"pairs": [(0,)]}, "pairs"),
     ({"pairs": 5}, "pairs"),
+    ({}, "neighbours"),  # nothing declared: refused, never every pair by default
+    ({"pairs": [(0, 1)], "all_pairs": True}, "exactly one"),
+    ({"is_neighbour": 3}, "is_neighbour"),
+    ({"is_neighbour": lambda a, b: False}, "no pair"),
 ])
 def test_rejects_bad_arguments(kwargs, name):
     args = {"candidates": CANDIDATES, "epsilon": 1.0, "pilot_n": 100, "n": 100,
             "rng": np.random.default_rng(0), **kwargs}
+    if not {"pairs", "is_neighbour", "all_pairs"} & set(kwargs) and name != "neighbours":
+        args["all_pairs"] = True
     candidates = args.pop("candidates")
     with pytest.raises(ValueError, match=name):
         search_neighbouring_pair(clipped_sum(1.0), candidates, **args)
+
+
+def test_is_neighbour_excludes_non_neighbours():
+    # Candidates 2 and 3 (clipped sums 1.2 vs 0.2, the worst pair) differ in both records
+    # here, so they are not neighbours and must not be chosen.
+    candidates = [np.array([0.2, 0.5]), np.array([0.2, 0.9]), np.array([1.0, 5.0]),
+                  np.array([0.2, -3.0])]
+    pair, _ = search_neighbouring_pair(clipped_sum(1.0), candidates, epsilon=1.0,
+                                       pilot_n=5_000, n=5_000, rng=np.random.default_rng(4),
+                                       attack=Attack.THRESHOLD, is_neighbour=one_record_apart)
+    assert not (pair[0] is candidates[2] and pair[1] is candidates[3])
+    assert one_record_apart(*pair)

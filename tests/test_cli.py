@@ -64,6 +64,31 @@ def test_demo_runs_on_embedded_digits_and_charges_the_ledger(tmp_path, capsys):
     assert len(Ledger.open(path).charges()) == 1
 
 
+def test_demo_refuses_a_budget_other_than_the_existing_ledgers(tmp_path, capsys):
+    path = tmp_path / "demo.sqlite"
+    assert main(["demo", "--epsilon", "1", "--ledger", str(path), "--budget", "3"]) == 0
+    capsys.readouterr()
+    assert main(["demo", "--epsilon", "1", "--ledger", str(path), "--budget", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--budget 2" in err and "epsilon=3" in err
+    assert len(Ledger.open(path).charges()) == 1  # refused before any release
+    # The ledger's own budget, given again or left out, is used.
+    assert main(["demo", "--epsilon", "1", "--ledger", str(path), "--budget", "3",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ledger_budget_epsilon"] == 3.0
+    assert main(["demo", "--epsilon", "0.5", "--ledger", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ledger_budget_epsilon"] == 3.0
+
+
+def test_version_comes_from_the_package_metadata(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"dpkd {version('dpkd-audit')}"
+
+
 @pytest.mark.parametrize("argv", [["demo", "--epsilon", "0"], ["demo", "--epsilon", "nan"],
                                   ["demo", "--epsilon", "x"]])
 def test_demo_rejects_bad_epsilon(argv, capsys):
@@ -86,7 +111,7 @@ def test_audit_one_mechanism_json(capsys):
 
 
 def test_audit_flags_a_control_and_overrides_epsilon(capsys):
-    assert main(["audit", "WrongRandomizedResponse", "--samples", "20000"]) == 0
+    assert main(["audit", "WrongRandomizedResponse", "--samples", "20000"]) == 1  # CI gating
     assert "VIOLATION" in capsys.readouterr().out
     assert main(["audit", "RandomizedResponse", "--epsilon", "0.5", "--samples", "20000",
                  "--json"]) == 0
@@ -103,6 +128,7 @@ def test_audit_all_writes_table_and_plot(tmp_path, capsys):
 
     assert out.count("VIOLATION") == len(controls.CONTROLS)  # every control, nothing else
     assert "| SparseVector | 1 |" in out
+    assert "not jointly" in out  # the 95% holds per audit
     assert plot.read_bytes()[:4] == b"\x89PNG"
 
 

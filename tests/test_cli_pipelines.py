@@ -84,3 +84,89 @@ def test_sweep_rknn_writes_jsonl_plot_and_readme_and_resumes(tmp_path, capsys):
     assert main([*args, "--resume"]) == 0  # nothing left to run
     assert len((out / "results.jsonl").read_text().splitlines()) == 4
     assert "test accuracy" not in capsys.readouterr().out
+
+
+def test_run_rknn_loads_and_announces_the_data_once(tmp_path, capsys):
+    out = tmp_path / "run"
+    fast = [a for a in FAST if a != "--quiet"]
+    assert main(["run", "rknn", "--epsilon", "1", "--out", str(out), *fast]) == 0
+    err = capsys.readouterr().err
+    assert err.count("[dpkd] data ...") == 1, err
+    record = json.loads((out / "result.json").read_text())
+    saved = json.loads((out / "config.json").read_text())
+    for prov in (record["provenance"], saved["provenance"]):
+        assert prov["package"] == "dpkd-audit" and "torch" in prov["versions"]
+        assert "git_commit" in prov and prov["created_utc"].endswith("Z")
+    assert record["shared_stages"] == []
+
+
+def test_sweep_refuses_to_overwrite_results_before_any_work(tmp_path, capsys, monkeypatch):
+    import dpkd_audit.pipelines.rknn as rknn
+
+    out = tmp_path / "sweep"
+    out.mkdir()
+    (out / "results.jsonl").write_text("kept\n")
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("no work may start before the overwrite check")
+
+    monkeypatch.setattr(rknn, "check_configs", no_work)
+    assert main(["sweep", "rknn", "--epsilons", "1", "--out", str(out), *FAST]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "results.jsonl exists" in err[0]
+    assert "--resume" in err[0] and "--force" in err[0]
+    assert (out / "results.jsonl").read_text() == "kept\n"
+    assert sorted(p.name for p in out.iterdir()) == ["results.jsonl"]
+    with pytest.raises(SystemExit) as info:
+        main(["sweep", "rknn", "--epsilons", "1", "--out", str(out), "--resume", "--force",
+              *FAST])
+    assert info.value.code == 2 and "not allowed with" in capsys.readouterr().err
+
+
+def test_sweep_force_overwrites_results(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    out.mkdir()
+    (out / "results.jsonl").write_text('{"stale": true}\n')
+    assert main(["sweep", "rknn", "--epsilons", "1", "--out", str(out), "--force", *FAST]) == 0
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["epsilon"] for r in records] == [1.0] and "stale" not in records[0]
+    sweep_json = json.loads((out / "sweep.json").read_text())
+    assert sweep_json["provenance"]["package"] == "dpkd-audit"
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_clusters_help_states_each_presets_default(capsys, command):
+    from dpkd_audit.pipelines.rknn import Preset, RknnConfig
+
+    with pytest.raises(SystemExit):
+        main([command, "rknn", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    start = text.index("--clusters CLUSTERS number of queries")
+    help_text = text[start:text.index("--k K", start)]
+    for preset in Preset:
+        defaults = {RknnConfig.preset_config(preset, dataset=d).clusters
+                    for d in ("digits", "mnist", "fashion-mnist")}
+        assert f"--preset {preset.value}:" in help_text
+        for value in defaults:
+            assert str(value) in help_text
+    # Each dataset is named beside its own default (the help once said 100 for digits too).
+    small = {d: RknnConfig.small(dataset=d).clusters for d in ("digits", "mnist")}
+    assert small["digits"] != small["mnist"]
+    assert f"{small['digits']} for digits" in help_text
+    assert f"{small['mnist']} for mnist" in help_text
+
+
+def test_results_prints_the_overview_of_saved_records(tmp_path, capsys):
+    from dpkd_audit.reports import results_overview
+
+    folder = tmp_path / "a"
+    folder.mkdir()
+    record = {"method": "rknn", "dataset": "mnist", "mode": "central", "epsilon": 0.1,
+              "test_accuracy": 0.9}
+    (folder / "results.jsonl").write_text(json.dumps(record) + "\n")
+    assert main(["results", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert out == results_overview([folder]) and "| rknn | mnist | central |" in out
+    assert main(["results", str(tmp_path / "none.jsonl")]) == 2
+    assert "none.jsonl" in capsys.readouterr().err

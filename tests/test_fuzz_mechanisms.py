@@ -270,7 +270,18 @@ def verify_gnmax(mech: GaussianNoisyMax) -> None:
 
 def verify_discrete_laplace(mech: DiscreteLaplace) -> None:
     # pure (Delta s / t)-DP with t/s the exact rational scale (GRS 2012; CKS 2020 Sec. 2)
-    assert Fraction(int(mech.sensitivity.value)) / mech.scale_fraction <= Fraction(mech.epsilon)
+    sens = int(mech.sensitivity.value)
+    assert Fraction(sens) / mech.scale_fraction <= Fraction(mech.epsilon)
+    # Two-sided event: a = 1/b with Delta/eps <= b <= ceil(D Delta/eps)/D (the documented
+    # rounding up: D = 2^20, or 1 above 2^20), computed here from eps and Delta; the charge
+    # a Delta is the claim, less only by that rounding (float slack 1e-14 relative).
+    exact = Fraction(sens) / Fraction(mech.epsilon)
+    grid = 1 << 20 if exact <= 1 << 20 else 1
+    hi = Fraction(math.ceil(exact * grid), grid)
+    a = mech.event.noise_parameter
+    assert float(1 / hi) * (1 - 1e-14) <= a <= float(1 / exact) * (1 + 1e-14)
+    g_eps, g_delta = event_guarantee(mech.event)
+    assert g_delta == 0.0 and float(sens / hi) * (1 - 1e-14) <= g_eps <= mech.epsilon * (1 + 1e-12)
 
 
 def verify_discrete_gaussian(mech: DiscreteGaussian) -> None:
@@ -284,7 +295,13 @@ def verify_rr(mech: RandomizedResponse) -> None:
     keep, other = 1 - flip, flip / (mech.num_classes - 1)
     assert keep > 0 and other > 0
     assert within(keep, other, mech.epsilon) and within(other, keep, mech.epsilon)
-    assert event_guarantee(mech.event)[0] >= mech.epsilon  # the charge never under-counts
+    # Two-sided: the charge never under-counts, and exceeds the claim only by the float
+    # resolution of the event's noise parameter k/(e^eps + k - 1) (16 ulps, propagated).
+    g_eps = event_guarantee(mech.event)[0]
+    m = math.expm1(mech.epsilon)
+    k = mech.num_classes
+    assert mech.epsilon <= g_eps <= mech.epsilon + 16 * 2.0**-52 * (k + m) / m * max(
+        mech.epsilon, 1.0)
 
 
 def verify_bit_rr(mech: BitRandomizedResponse) -> None:
@@ -460,6 +477,11 @@ def test_extreme_parameters_give_an_exact_claim_or_a_named_refusal(name, data):
 _uint64 = np.iinfo(np.uint64).max
 
 
+def _cast(values: np.ndarray, dtype: Any) -> np.ndarray:
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN or 2^64 - 1 into ints: junk
+        return values.astype(dtype, casting="unsafe")
+
+
 def junk() -> st.SearchStrategy[Any]:
     scalars = st.one_of(
         st.text(max_size=5), st.binary(max_size=5), st.datetimes(), st.dates(),
@@ -470,7 +492,7 @@ def junk() -> st.SearchStrategy[Any]:
     lists = st.lists(st.one_of(st.integers(min_value=-3, max_value=12),
                                st.floats(allow_nan=True), st.booleans()), max_size=12)
     arrays = st.builds(
-        lambda dtype, shape, fill: np.full(shape, fill).astype(dtype, casting="unsafe"),
+        lambda dtype, shape, fill: _cast(np.full(shape, fill), dtype),
         st.sampled_from([np.uint64, np.int64, np.float64, np.bool_, np.uint8, np.float32,
                          np.complex64, "U2"]),
         st.sampled_from([(), (1,), (2,), (10,), (9,), (3, 2), (40, 10), (10, 10), (32,),

@@ -1,11 +1,15 @@
 """The basic mechanisms: Laplace, Gaussian, DiscreteLaplace, DiscreteGaussian, RandomizedResponse.
 
 Distributions are tested against exact formulas: KS tests for the continuous mechanisms (against
-scipy's Laplace / normal with the mechanism's own scale), chi-square tests against exact pmfs for
-the discrete ones (tail bins pooled so every expected count is >= 5). All statistical tests use
-fixed seeds; each rejects at ALPHA = 1e-4, so a correct mechanism fails one of them with
-probability 1e-4 over the choice of seed (stated per test where it differs). Power checks show the
-same tests reject a 5% error in the noise scale (or in epsilon) at these sample sizes.
+scipy's Laplace / normal), chi-square tests against exact pmfs for the discrete ones (tail bins
+pooled so every expected count is >= 5). The reference parameters (Laplace b = Delta/eps,
+Balle-Wang sigma, CKS Thm 7 sigma, randomized-response probabilities e^eps/(e^eps+k-1)) are
+computed in the tests from the published formulas (``reference_formulas``), never read from the
+mechanism's ``scale`` / ``sigma`` / ``keep_probability``: a mechanism whose attribute and sampler
+are wrong by the same factor fails. All statistical tests use fixed seeds; each rejects at
+ALPHA = 1e-4, so a correct mechanism fails one of them with probability 1e-4 over the choice of
+seed (stated per test where it differs). Power checks show the same tests reject a 5% error in
+the noise scale (or in epsilon) at these sample sizes.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+import reference_formulas as ref
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats
@@ -63,20 +68,14 @@ def dlap_pvalue(noise: np.ndarray, scale: float) -> float:
     """Against the exact discrete Laplace pmf exp(-|x|/b) tanh(1/(2b)) (GRS 2012)."""
     half = math.ceil(40 * scale) + 5
     grid = np.arange(-half, half + 1)
-    return chi2_pvalue(noise, grid, np.exp(-np.abs(grid) / scale) * math.tanh(0.5 / scale))
+    return chi2_pvalue(noise, grid, ref.discrete_laplace_pmf(scale, grid))
 
 
 def dgauss_pvalue(noise: np.ndarray, sigma: float) -> float:
-    """Against the exact discrete Gaussian pmf (CKS 2020, Def. 1)."""
+    """Against the exact discrete Gaussian pmf (CKS 2020, Def. 1), tail beyond 10 sigma < e^-50."""
     half = math.ceil(10 * sigma) + 5
     grid = np.arange(-half, half + 1)
-    return chi2_pvalue(noise, grid, discrete_gaussian_pmf(sigma, grid))
-
-
-def rr_pmf(mech: RandomizedResponse, label: int) -> np.ndarray:
-    pmf = np.full(mech.num_classes, mech.other_probability)
-    pmf[label] = mech.keep_probability
-    return pmf
+    return chi2_pvalue(noise, grid, ref.discrete_gaussian_pmf(sigma, grid))
 
 
 # ----------------------------------------------------------------------------- constructors
@@ -207,58 +206,75 @@ def test_thm7_is_not_valid_for_vectors_with_sensitivity_5():
 
 # ----------------------------------------------------------------------------- distributions
 def test_laplace_ks():
-    """KS against Laplace(value, Delta/eps) at ALPHA, fixed seed (false-failure rate 1e-4)."""
+    """KS against Laplace(value, Delta/eps) at ALPHA, fixed seed (false-failure rate 1e-4).
+
+    The reference scale is the formula 2.0/0.7, not ``mech.scale``.
+    """
     mech = Laplace(epsilon=0.7, sensitivity=2.0)
+    b = ref.laplace_scale(0.7, 2.0)
     x = mech.sample(np.array([1.5, -3.0]), N // 2, rng=rng_(10)) - np.array([1.5, -3.0])
-    assert mech.scale == pytest.approx(2.0 / 0.7, rel=1e-15)
-    assert stats.kstest(x.ravel(), stats.laplace(scale=mech.scale).cdf).pvalue > ALPHA
+    assert stats.kstest(x.ravel(), stats.laplace(scale=b).cdf).pvalue > ALPHA
     # Power: a 5% wrong scale is rejected.
-    assert stats.kstest(x.ravel(), stats.laplace(scale=1.05 * mech.scale).cdf).pvalue < ALPHA
+    assert stats.kstest(x.ravel(), stats.laplace(scale=1.05 * b).cdf).pvalue < ALPHA
+    assert mech.scale == pytest.approx(b, rel=1e-15)
 
 
 def test_gaussian_ks():
-    """KS against N(value, sigma^2) at ALPHA, fixed seed (false-failure rate 1e-4)."""
+    """KS against N(value, sigma^2) at ALPHA, fixed seed (false-failure rate 1e-4).
+
+    sigma is Balle-Wang's (Thm 8), found here by brentq on the closed form, not ``mech.sigma``.
+    """
     mech = Gaussian(epsilon=1.0, delta=1e-5, sensitivity=3.0)
+    sigma = ref.analytic_gaussian_sigma(1.0, 1e-5, 3.0)
     x = mech.sample(2.5, N, rng=rng_(11)) - 2.5
-    assert stats.kstest(x, stats.norm(scale=mech.sigma).cdf).pvalue > ALPHA
-    assert stats.kstest(x, stats.norm(scale=1.05 * mech.sigma).cdf).pvalue < ALPHA
+    assert stats.kstest(x, stats.norm(scale=sigma).cdf).pvalue > ALPHA
+    assert stats.kstest(x, stats.norm(scale=1.05 * sigma).cdf).pvalue < ALPHA
+    assert mech.sigma == pytest.approx(sigma, rel=1e-9)
 
 
-# Chi-square at ALPHA, fixed seed each (false-failure rate 1e-4 per case).
+# Chi-square at ALPHA, fixed seed each (false-failure rate 1e-4 per case). The reference scale
+# is the formula Delta/eps (the documented rounding up adds at most 2^-20, far below what 10^5
+# samples resolve), not ``mech.scale``.
 @pytest.mark.parametrize("eps, sens", [(1.0, 1), (0.3, 2), (0.1, 1), (2.5, 3), (7.0, 1)])
 def test_discrete_laplace_exact_pmf(eps, sens):
     mech = DiscreteLaplace(epsilon=eps, sensitivity=sens)
+    b = ref.laplace_scale(eps, sens)
     x = mech.sample(7, N, rng=rng_(int(100 * eps) + sens))
     assert x.dtype == np.int64
     noise = x - 7
-    assert dlap_pvalue(noise, mech.scale) > ALPHA
+    assert dlap_pvalue(noise, b) > ALPHA
     if eps == 0.3:  # power: the chi-square rejects a 5% wrong scale
-        assert dlap_pvalue(noise, 1.05 * mech.scale) < ALPHA
+        assert dlap_pvalue(noise, 1.05 * b) < ALPHA
 
 
-# Chi-square at ALPHA, fixed seed each (false-failure rate 1e-4 per case).
+# Chi-square at ALPHA, fixed seed each (false-failure rate 1e-4 per case). The reference sigma is
+# the smallest one meeting CKS 2020 Thm 7, computed in the test (within 1e-5 of the package's),
+# not ``mech.sigma``.
 @pytest.mark.parametrize("eps, delta, sens", [(1.0, 1e-5, 1), (0.5, 1e-6, 2), (4.0, 1e-3, 1),
                                               (8.0, 1e-5, 1)])
 def test_discrete_gaussian_exact_pmf(eps, delta, sens):
     mech = DiscreteGaussian(epsilon=eps, delta=delta, sensitivity=sens)
+    sigma = ref.discrete_gaussian_sigma(eps, delta, sens)
     x = mech.sample(-4, N, rng=rng_(int(10 * eps) + sens))
     assert x.dtype == np.int64
     noise = x + 4
-    assert dgauss_pvalue(noise, mech.sigma) > ALPHA
+    assert dgauss_pvalue(noise, sigma) > ALPHA
     if eps == 1.0:
-        assert dgauss_pvalue(noise, 1.05 * mech.sigma) < ALPHA
+        assert dgauss_pvalue(noise, 1.05 * sigma) < ALPHA
 
 
-# Chi-square over the k labels at ALPHA, fixed seed each (false-failure rate 1e-4 per case).
+# Chi-square over the k labels at ALPHA, fixed seed each (false-failure rate 1e-4 per case),
+# against keep e^eps/(e^eps+k-1), other 1/(e^eps+k-1) computed here (not the mechanism's
+# ``keep_probability``).
 @pytest.mark.parametrize("eps, k, label", [(1.0, 2, 0), (1.0, 5, 3), (0.2, 10, 9), (4.0, 4, 1)])
 def test_randomized_response_exact_pmf(eps, k, label):
     mech = RandomizedResponse(epsilon=eps, num_classes=k)
     x = mech.sample(label, N, rng=rng_(int(10 * eps) + k))
     assert x.dtype == np.int64 and x.shape == (N,)
     observed = np.bincount(x, minlength=k)
-    pmf = rr_pmf(mech, label)
+    pmf = ref.rr_pmf(eps, k, label)
     assert stats.chisquare(observed, N * pmf).pvalue > ALPHA
-    wrong = rr_pmf(RandomizedResponse(epsilon=1.05 * eps, num_classes=k), label)
+    wrong = ref.rr_pmf(1.05 * eps, k, label)
     if eps == 1.0 and k == 5:  # power: a 5% wrong epsilon is rejected
         assert stats.chisquare(observed, N * wrong).pvalue < ALPHA
 
@@ -269,7 +285,7 @@ def test_randomized_response_array_entries_are_independent():
     x = mech.sample(np.array([[0, 2], [1, 1]]), N, rng=rng_(12))
     assert x.shape == (N, 2, 2)
     joint = np.bincount(3 * x[:, 0, 0] + x[:, 0, 1], minlength=9)
-    expected = np.outer(rr_pmf(mech, 0), rr_pmf(mech, 2)).ravel() * N
+    expected = np.outer(ref.rr_pmf(0.8, 3, 0), ref.rr_pmf(0.8, 3, 2)).ravel() * N
     assert stats.chisquare(joint, expected).pvalue > ALPHA
 
 
@@ -278,6 +294,8 @@ def test_randomized_response_probabilities():
         for k in (2, 7, 1000):
             mech = RandomizedResponse(epsilon=eps, num_classes=k)
             p, q = mech.keep_probability, mech.other_probability
+            assert p == pytest.approx(ref.rr_keep_probability(eps, k), rel=1e-12)
+            assert q == pytest.approx(ref.rr_other_probability(eps, k), rel=1e-12)
             assert p + (k - 1) * q == pytest.approx(1.0, rel=1e-14)
             assert p / q == pytest.approx(math.exp(eps), rel=1e-12)
 
@@ -301,7 +319,7 @@ def test_estimate_counts_is_unbiased():
     reports = mech.sample(labels, 1, rng=rng_(14))[0]
     est = mech.estimate_counts(reports)
     assert est.shape == (k,) and est.sum() == pytest.approx(true.sum(), rel=1e-12)
-    p, q = mech.keep_probability, mech.other_probability
+    p, q = ref.rr_keep_probability(eps, k), ref.rr_other_probability(eps, k)
     n = true.sum()
     sd = np.sqrt(true * p * (1 - p) + (n - true) * q * (1 - q)) / (p - q)
     z_max = stats.norm.isf(ALPHA / (2 * k))
@@ -319,7 +337,7 @@ def test_estimate_counts_averages_to_truth_over_repetitions():
     labels = np.repeat(np.arange(k), true)
     reports = mech.sample(labels, reps, rng=rng_(15))  # reps independent batches
     est = np.stack([mech.estimate_counts(r) for r in reports])
-    p, q = mech.keep_probability, mech.other_probability
+    p, q = ref.rr_keep_probability(eps, k), ref.rr_other_probability(eps, k)
     n = true.sum()
     sd = np.sqrt(true * p * (1 - p) + (n - true) * q * (1 - q)) / (p - q) / math.sqrt(reps)
     assert np.all(np.abs(est.mean(axis=0) - true) < stats.norm.isf(ALPHA / (2 * k)) * sd)
@@ -330,6 +348,8 @@ def test_estimate_counts_averages_to_truth_over_repetitions():
 @given(eps=st.floats(min_value=0.01, max_value=20.0), sens=st.floats(min_value=0.1, max_value=10))
 def test_laplace_event(eps, sens):
     mech = Laplace(epsilon=eps, sensitivity=sens)
+    # dp_accounting's noise_multiplier is b / Delta_1 = 1/eps for b = Delta_1/eps
+    assert mech.event.noise_multiplier == pytest.approx(1.0 / eps, rel=1e-15)
     assert event_guarantee(mech.event) == (pytest.approx(eps, rel=1e-12), 0.0)
     assert mech.guarantee == Guarantee(epsilon=eps, delta=0.0)
 
@@ -342,15 +362,26 @@ def test_gaussian_event(eps, delta, sens):
     assert isinstance(mech.event, CalibratedGaussianDpEvent)
     assert event_guarantee(mech.event) == (eps, delta)
     assert analytic_gaussian_delta(eps, mech.sigma, sens) <= delta
+    # the event's noise multiplier is Balle-Wang's sigma / Delta_2, computed here by brentq
+    want = ref.analytic_gaussian_sigma(eps, delta, sens) / sens
+    assert want * (1 - 1e-12) <= mech.event.noise_multiplier <= want * (1 + 1e-9)
 
 
 @settings(derandomize=True, max_examples=60, deadline=None)
 @given(eps=st.floats(min_value=1e-9, max_value=1e6), sens=st.integers(min_value=1, max_value=1000))
-def test_discrete_laplace_event_never_exceeds_claim(eps, sens):
+def test_discrete_laplace_event_matches_claim(eps, sens):
+    """Two-sided: the event charges eps, less only by the documented rounding of the scale.
+
+    noise_parameter = 1/b with Delta/eps <= b <= ceil(D Delta/eps)/D (D = 2^20, 1 above 2^20),
+    computed here from eps and Delta; a float slack of 1e-14 relative.
+    """
     mech = DiscreteLaplace(epsilon=eps, sensitivity=sens)
     g_eps, g_delta = event_guarantee(mech.event)
     assert g_delta == 0.0 and mech.event.sensitivity == sens
-    assert g_eps <= eps * (1 + 1e-12)
+    lo_scale, hi_scale = ref.discrete_laplace_scale_bounds(eps, sens)
+    a = mech.event.noise_parameter
+    assert (1 - 1e-14) / hi_scale <= a <= (1 + 1e-14) / lo_scale
+    assert sens / hi_scale * (1 - 1e-14) <= g_eps <= eps * (1 + 1e-12)
     # Exactly: the rational scale is >= Delta/eps, so the real epsilon Delta/scale <= eps.
     assert mech.scale_fraction >= Fraction(sens) / Fraction(eps)
     if sens / eps <= 2**20:  # the rounding costs at most 2^-20 of the scale (absolute)
@@ -369,6 +400,11 @@ def test_discrete_gaussian_event(eps, delta, sens):
     assert event.sigma == mech.sigma and event.sensitivity == sens
     assert event_guarantee(event) == (eps, delta)
     assert discrete_gaussian_delta(eps, mech.sigma, sens) <= delta
+    # the event's sigma is the smallest meeting CKS Thm 7, computed here (tolerance: the curve's
+    # small upward jumps, and sigma^2 rounded up to a denominator <= 2^20)
+    want = ref.discrete_gaussian_sigma(eps, delta, sens)
+    tol = 1e-5 + 2.0**-20 / want**2
+    assert want * (1 - tol) <= event.sigma <= want * (1 + tol)
     assert mech.variance >= mech.sigma**2 * (1 - 1e-15)
     # sigma is cached (frozen dataclass + cached_property)
     assert mech.sigma is mech.sigma
@@ -383,7 +419,8 @@ def test_randomized_response_event_matches_epsilon(eps, k):
     assert eps <= g_eps <= eps * (1 + 1e-12)
     # dp_accounting keeps the input w.p. 1 - p + p/k: that is e^eps/(e^eps + k - 1).
     p = mech.event.noise_parameter
-    assert 1 - p + p / k == pytest.approx(mech.keep_probability, rel=1e-12)
+    assert p == pytest.approx(ref.rr_noise_parameter(eps, k), rel=1e-12)
+    assert 1 - p + p / k == pytest.approx(ref.rr_keep_probability(eps, k), rel=1e-12)
 
 
 @settings(derandomize=True, max_examples=50, deadline=None)
@@ -439,8 +476,9 @@ def test_neighbours(mech):
 
 
 def test_discrete_laplace_extreme_epsilons():
-    big = DiscreteLaplace(epsilon=1e6)  # scale rounded up to 2^-20: still >= 1e-6
-    assert big.scale >= 1e-6 and event_guarantee(big.event)[0] <= 1e6
+    big = DiscreteLaplace(epsilon=1e6)  # scale rounded up (by <= 2^-20): still >= 1e-6
+    hi_scale = ref.discrete_laplace_scale_bounds(1e6, 1)[1]
+    assert big.scale >= 1e-6 and 1 / hi_scale <= event_guarantee(big.event)[0] <= 1e6
     assert (big.sample(3, 1000, rng=rng_(0)) == 3).all()
     small = DiscreteLaplace(epsilon=1e-6)
     # float 1e-6 is a hair below 10^-6, so the exact 1/eps is a hair above 10^6: rounded up.

@@ -3,7 +3,10 @@
 Statistical tests use fixed seeds; each states its false-failure rate (the probability, over
 seeds, that a correct implementation fails it). Exact output probabilities come from
 ``output_pmf`` (quadrature over the value of the largest noisy count), itself checked against
-closed forms for two classes and against symmetry.
+closed forms for two classes and against symmetry. Those closed forms take the noise from the
+published formulas computed in the tests (Laplace b = 2/eps; Balle-Wang sigma with sensitivity
+sqrt(2), by brentq in ``reference_formulas``), never from ``mech.scale`` / ``mech.sigma``, so
+a mechanism whose attribute and sampler are wrong by the same factor fails them.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import math
 
 import numpy as np
 import pytest
+import reference_formulas as ref
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats
@@ -181,6 +185,8 @@ def test_lnmax_event_with_votes():
 
 def test_gnmax_calibration_and_event():
     mech = GaussianNoisyMax(epsilon=1.0, delta=1e-5, num_classes=10)
+    want = ref.analytic_gaussian_sigma(1.0, 1e-5, math.sqrt(2))  # Balle-Wang, by brentq
+    assert want * (1 - 1e-12) <= mech.sigma <= want * (1 + 1e-9)
     # The claimed guarantee holds for sigma with L2 sensitivity sqrt(2) (Balle-Wang Thm 8) and is
     # tight: 0.1% less noise would violate it.
     assert analytic_gaussian_delta(1.0, mech.sigma, math.sqrt(2)) <= 1e-5 * (1 + 1e-9)
@@ -217,8 +223,9 @@ def test_lnmax_pmf_two_classes_closed_form(eps, gap):
 def test_gnmax_pmf_two_classes_closed_form(eps, gap):
     mech = GaussianNoisyMax(epsilon=eps, delta=1e-5, num_classes=2)
     pmf = mech.output_pmf([gap, 0])
+    sigma = ref.analytic_gaussian_sigma(eps, 1e-5, math.sqrt(2))  # not mech.sigma
     # Z_0 - Z_1 ~ N(0, 2 sigma^2): P[label 1] = P[Z_1 - Z_0 > gap].
-    assert pmf[1] == pytest.approx(stats.norm.sf(gap / (math.sqrt(2) * mech.sigma)), rel=1e-8)
+    assert pmf[1] == pytest.approx(stats.norm.sf(gap / (math.sqrt(2) * sigma)), rel=1e-8)
     assert pmf.sum() == pytest.approx(1.0, abs=1e-9)
 
 

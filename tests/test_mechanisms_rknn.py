@@ -235,7 +235,8 @@ def test_count_release_event_and_guarantee(eps, k, r, discrete):
         assert isinstance(ev, dpe.DiscreteLaplaceDpEvent)
         assert ev.sensitivity == 2 * k * r
         assert mech.scale >= 2 * k * r / eps
-        assert ev.noise_parameter == pytest.approx(1 / mech.scale)
+        # a = 1/b with b = 2kr/eps rounded up by the documented < 1e-6 relative (formula here)
+        assert eps / (2 * k * r) * (1 - 1e-6) <= ev.noise_parameter <= eps / (2 * k * r)
     else:
         assert isinstance(ev, dpe.LaplaceDpEvent)
         assert ev.noise_multiplier == pytest.approx(1 / eps)
@@ -258,18 +259,19 @@ def discrete_noise_pvalue(noise: np.ndarray, scale: float) -> float:
 
 @pytest.mark.parametrize(("eps", "k", "r"), [(1.0, 1, 1), (0.3, 2, 1), (2.0, 1, 2)])
 def test_discrete_noise_matches_exact_pmf(eps, k, r):
-    """Noise of every cell vs the exact discrete Laplace pmf of the scale actually used
-    (chi-square, alpha = 1e-4), and a 10% larger scale is rejected (the test has power)."""
+    """Noise of every cell vs the exact discrete Laplace pmf of scale 2kr/eps computed here (the
+    documented rounding up is < 1e-6 relative, invisible at this size), chi-square at
+    alpha = 1e-4 (false-failure rate 1e-4), and a 10% larger scale is rejected (power)."""
     mech = ReverseKnnCountRelease(epsilon=eps, k=k, num_queries=5, num_classes=3, r=r)
     rng = np.random.default_rng(10)
     value = rng.integers(0, 1000, size=(5, 3))
     out = mech.sample(value, 4000, rng=rng)
     assert out.shape == (4000, 5, 3) and out.dtype == np.int64
     noise = (out - value).ravel()
-    frac = mech.scale_fraction
-    assert frac >= 2 * k * r / eps
-    assert discrete_noise_pvalue(noise, float(frac)) > ALPHA
-    assert discrete_noise_pvalue(noise, 1.1 * float(frac)) < ALPHA
+    assert mech.scale_fraction >= 2 * k * r / eps
+    b = 2 * k * r / eps  # not mech.scale
+    assert discrete_noise_pvalue(noise, b) > ALPHA
+    assert discrete_noise_pvalue(noise, 1.1 * b) < ALPHA
     # Cells are independent: correlation between two cells' noise is ~ 0 (|rho| < 4.5/sqrt(n)).
     cells = (out - value).reshape(4000, -1).astype(float)
     rho = np.corrcoef(cells[:, 0], cells[:, 7])[0, 1]
@@ -390,19 +392,23 @@ def test_bitrr_exact_ldp_by_enumeration(s, y, k, r):
 
 def test_bitrr_sample_matches_exact_distribution():
     """Per-cell frequencies (chi2 with s|Y| dof) and the number of flipped bits per report
-    (Binomial(s|Y|, q), chi-square) at alpha = 1e-4 each."""
+    (Binomial(s|Y|, q), chi-square) at alpha = 1e-4 each (false-failure rate <= 2e-4).
+
+    q = 1/(e^(eps/(2kr)) + 1) is computed here (paper, Thm 1), not read from the mechanism.
+    """
     mech = BitRandomizedResponse(epsilon=1.0, k=2, num_queries=4, num_classes=3)
+    q = 1 / (math.exp(1.0 / (2 * 2 * 1)) + 1)
     value = np.zeros((4, 3), dtype=int)
     value[[0, 2], [1, 1]] = 1
     n = 20_000
     out = mech.sample(value, n, rng=np.random.default_rng(20))
     assert out.shape == (n, 4, 3) and out.dtype == np.uint8
-    p_one = np.where(value == 1, mech.keep_probability, mech.flip_probability)
+    p_one = np.where(value == 1, 1 - q, q)
     ones = out.sum(axis=0)
     stat = float(np.sum((ones - n * p_one) ** 2 / (n * p_one * (1 - p_one))))
     assert stats.chi2.sf(stat, 12) > ALPHA
     flips = (out != value).reshape(n, -1).sum(axis=1)
-    probs = stats.binom.pmf(np.arange(13), 12, mech.flip_probability)
+    probs = stats.binom.pmf(np.arange(13), 12, q)
     assert chi2_pvalue(np.bincount(flips, minlength=13), probs) > ALPHA
     # Power: the same data rejects the flip probability of eps/kr (a factor-2 budget error).
     wrong = 1 / (math.exp(1.0 / 2) + 1)
@@ -421,7 +427,8 @@ def test_bitrr_randomize_clients_distribution_and_unbiasedness():
     reports = mech.randomize_clients(answers, rng)
     assert reports.shape == answers.shape and reports.dtype == np.uint8
     flips = (reports != answers).reshape(5000, -1).sum(axis=1)
-    probs = stats.binom.pmf(np.arange(s * y + 1), s * y, mech.flip_probability)
+    q = 1 / (math.exp(1.0 / (2 * k)) + 1)  # paper, Thm 1 (r = 1); not mech.flip_probability
+    probs = stats.binom.pmf(np.arange(s * y + 1), s * y, q)
     assert chi2_pvalue(np.bincount(flips, minlength=s * y + 1), probs) > ALPHA
     truth = reverse_knn_counts(nb, lab, num_queries=s, num_classes=y)
     est = mech.estimate_counts(reports)

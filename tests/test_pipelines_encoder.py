@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 
 import numpy as np
 import pytest
@@ -93,11 +94,14 @@ def test_projection_features_with_every_augmentation_enabled():
     assert EncoderConfig(features="projection").features is FeatureLayer.PROJECTION
 
 
-def test_progress_bar_on_stderr(capsys):
+@pytest.mark.parametrize("terminal", [True, False])
+def test_progress_bar_on_stderr_only_for_a_terminal(capsys, monkeypatch, terminal):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
     config = dataclasses.replace(TINY, epochs=1)
     fit_encoder(_digits()[0][:64], config=config, seed=0, device=CPU, progress=True)
     captured = capsys.readouterr()
-    assert "encoder" in captured.err and captured.out == ""
+    assert captured.out == ""
+    assert ("encoder" in captured.err) is terminal  # redirected stderr: no bar at all
 
 
 def test_batch_size_is_clamped_to_the_number_of_images():

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from dpkd_audit import __version__
 from dpkd_audit._shuffle_math import numerical_epsilon
 from dpkd_audit.data import Dataset, load_dataset, rknn_splits
 from dpkd_audit.errors import BudgetExceededError
@@ -16,15 +18,19 @@ from dpkd_audit.events import ShuffledHistogramDpEvent, ShuffledLocalDpEvent
 from dpkd_audit.ledger import Ledger
 from dpkd_audit.pipelines.common.student import StudentConfig
 from dpkd_audit.pipelines.rknn import (
+    PREPARED_STAGES,
+    LoadedSplits,
     ReleaseMode,
     RknnConfig,
     build_mechanisms,
+    check_configs,
     ledger_for,
     prepare,
     release_counts,
     release_rng,
     run,
     shuffle_local_epsilon,
+    splits_key,
     sweep,
     sweep_configs,
 )
@@ -284,3 +290,79 @@ def test_sweep_prepares_once_per_seed(monkeypatch):
     assert [(r.config.mode.value, r.config.epsilon) for r in results] == [
         ("central", 0.5), ("central", 2.0), ("shuffle", 0.5), ("shuffle", 2.0)]
     assert results[2].delta == 1e-5 and results[0].delta == 0.0
+    # Seconds mean what they mean for a run of its own: every stage the result depends on,
+    # the shared ones (measured once) included in each row and named in shared_stages.
+    single = run(configs[0], ledger=ledger_for(configs[0]), rng=release_rng(configs[0]))
+    stages = [*PREPARED_STAGES, "release", "labels", "student", "total"]
+    assert list(single.seconds) == stages and single.shared_stages == ()
+    for result in results:
+        record = result.to_record()
+        assert list(record["seconds"]) == stages
+        assert record["seconds"]["total"] == pytest.approx(
+            sum(v for k, v in record["seconds"].items() if k != "total"), abs=0.01)
+        assert record["shared_stages"] == list(PREPARED_STAGES)
+        assert {record["seconds"][k] for k in PREPARED_STAGES} == {
+            results[0].seconds[k] for k in PREPARED_STAGES}  # one measurement, in every row
+
+
+def test_sweep_shares_only_the_data_across_seeds():
+    configs = sweep_configs(digits_config(), epsilons=[1.0], modes=["central"], seeds=[0, 1])
+    results = list(sweep(configs))
+    assert [r.shared_stages for r in results] == [("data",), ("data",)]
+    assert results[0].seconds["data"] == results[1].seconds["data"]
+    assert results[0].seconds["representation"] != results[1].seconds["representation"]
+
+
+def test_sweep_refuses_checked_splits_of_other_configs():
+    checked = check_configs([digits_config()])
+    other = digits_config(split_seed=1)
+    with pytest.raises(ValueError, match="checked must hold the splits of every config"):
+        next(sweep([other], checked=checked))
+
+
+def test_run_loads_the_data_once_and_names_each_stage_once(monkeypatch, capsys):
+    loads = []
+    original = run_module.load_dataset
+
+    def counting(*args, **kwargs):
+        loads.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(run_module, "load_dataset", counting)
+    config = digits_config()
+    result = run(config, ledger=ledger_for(config), rng=release_rng(config), progress=True)
+    err = capsys.readouterr().err
+    assert len(loads) == 1
+    for stage in result.seconds:
+        if stage != "total":
+            assert err.count(f"[dpkd] {stage} ...") == 1, (stage, err)
+    # Splits loaded beforehand (as `dpkd run` does through check_configs) are not reloaded.
+    checked = check_configs([config], progress=True)
+    assert len(loads) == 2 and capsys.readouterr().err.count("[dpkd] data ...") == 1
+    result = run(config, ledger=ledger_for(config), rng=release_rng(config),
+                 splits=checked[splits_key(config)], progress=True)
+    assert len(loads) == 2 and "[dpkd] data" not in capsys.readouterr().err
+    assert result.seconds["data"] == round(checked[splits_key(config)].seconds, 3)
+
+
+def test_run_refuses_splits_of_another_config():
+    config = digits_config()
+    splits = rknn_splits(load_dataset("digits"), seed=1)
+    with pytest.raises(ValueError, match=r"split seed 0 .*got dataset 'digits', seed 1"):
+        run(config, ledger=ledger_for(config), rng=release_rng(config), splits=splits)
+    with pytest.raises(ValueError, match="splits must be a Splits, a LoadedSplits or None"):
+        run(config, ledger=ledger_for(config), rng=release_rng(config), splits="digits")
+    with pytest.raises(ValueError, match="seconds must be a finite number >= 0; got -1"):
+        LoadedSplits(splits=splits, seconds=-1)
+
+
+def test_record_carries_provenance():
+    config = digits_config()
+    record = run(config, ledger=ledger_for(config), rng=release_rng(config)).to_record()
+    prov = record["provenance"]
+    assert prov["package"] == "dpkd-audit" and prov["package_version"] == __version__
+    assert set(prov["versions"]) >= {"numpy", "torch", "scikit-learn"}
+    assert prov["versions"]["numpy"] == np.__version__
+    assert any(name.startswith("faiss") for name in prov["versions"])
+    assert prov["created_utc"].endswith("Z") and "environment" not in record
+    assert json.loads(json.dumps(record, allow_nan=False)) == record

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import numpy as np
 import pytest
@@ -263,9 +264,21 @@ def test_predict_validation():
         predict(object(), np.zeros((2, 8, 8), dtype=np.uint8), device=CPU)  # type: ignore[arg-type]
 
 
-def test_progress_bar_on_stderr(digits, capsys):
+@pytest.mark.parametrize("terminal", [True, False])
+def test_progress_bar_on_stderr_only_for_a_terminal(digits, capsys, monkeypatch, terminal):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
     train_student(digits["x"][:64], digits["y"][:64], num_classes=10,
                   test_images=digits["xt"][:32], test_labels=digits["yt"][:32],
                   config=StudentConfig(epochs=1, width=2), seed=0, device=CPU, progress=True)
     captured = capsys.readouterr()
-    assert "student" in captured.err and captured.out == ""
+    assert captured.out == ""
+    assert ("student" in captured.err) is terminal  # redirected stderr: no bar at all
+
+
+def test_one_cycle_with_a_single_warmup_step_trains(digits):
+    # 1 epoch of 320 / 64 = 5 batches at warmup 0.2: exactly one warm-up step, where
+    # OneCycleLR alone divides by zero (`dpkd run rknn --student-epochs 1` on digits did).
+    config = StudentConfig(epochs=1, width=4)
+    assert config.warmup_fraction * 5 == 1.0
+    result = _train(digits, config=config, n=320)
+    assert 0.0 <= result.test_accuracy <= 1.0

@@ -7,6 +7,7 @@ import math
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +23,8 @@ from dpkd_audit.reports import (
     markdown_table,
     plot_accuracy,
     references_for,
+    results_overview,
+    seconds_note,
     sweep_readme,
     validate_record,
 )
@@ -247,22 +250,101 @@ def test_sweep_readme_refuses_bad_arguments():
 def test_figure_has_one_series_per_group_and_paper_stars():
     fig = accuracy_figure(_sweep())
     ax = fig.axes[0]
+    # The paper's s is named where it differs from ours (40): 10 at eps 0.01.
     assert _legend(fig) == ["rknn mnist central", "rknn mnist local-collision",
-                            "paper: rknn mnist central", "paper: rknn mnist local-collision"]
+                            "paper: rknn mnist central (s=10 at eps 0.01, s=40 at eps 0.04, "
+                            "0.1; ours s=40)",
+                            "paper: rknn mnist local-collision"]
     assert ax.get_xscale() == "log"
     stars = [line for line in ax.lines if line.get_marker() == "*"]
     assert len(stars) == 2
     assert all(line.get_markerfacecolor() == "none" for line in stars)
-    central_paper = next(line for line in stars if line.get_label().endswith("central"))
+    central_paper = next(line for line in stars if "central" in line.get_label())
     np.testing.assert_allclose(central_paper.get_xdata(), [0.01, 0.04, 0.1])
     np.testing.assert_allclose(central_paper.get_ydata(), [98.5, 98.6, 99.1])
-    # Central runs: mean over the two seeds in %, sorted by epsilon, with min-max error bars.
+    # Central runs: mean over the two seeds in %, sorted by epsilon, with min-max error bars;
+    # both series have eps=1, so each is offset along x by one factor, within 5%.
     central = next(c for c in ax.containers if c.get_label() == "rknn mnist central")
-    data_line = central.lines[0]
-    np.testing.assert_allclose(np.asarray(data_line.get_xdata(), float), [0.04, 0.1, 1.0])
-    np.testing.assert_allclose(np.asarray(data_line.get_ydata(), float), [95.1, 97.1, 98.1])
+    xs = np.asarray(central.lines[0].get_xdata(), float)
+    factor = xs / [0.04, 0.1, 1.0]
+    np.testing.assert_allclose(factor, factor[0])
+    assert 0.95 < factor[0] < 1.0
+    np.testing.assert_allclose(np.asarray(central.lines[0].get_ydata(), float),
+                               [95.1, 97.1, 98.1])
     assert central.has_yerr
     assert any(DEVICE in t.get_text() for t in fig.texts)
+
+
+def _series_lines(fig):
+    """Legend label -> the Line2D that carries the series' markers (plain or error bars)."""
+    ax = fig.axes[0]
+    lines = {c.get_label(): c.lines[0] for c in ax.containers}
+    lines.update({line.get_label(): line for line in ax.lines
+                  if not line.get_label().startswith("_")})
+    return lines
+
+
+def test_one_colour_per_mode_for_its_series_and_its_paper_markers():
+    records = [*_sweep(), _record(0.1, 0.99, clusters=100)]  # a second central setup
+    fig = accuracy_figure(records, show_label_accuracy=True)
+    lines = _series_lines(fig)
+    central = [lab for lab in lines if "central" in lab]
+    local = [lab for lab in lines if "local-collision" in lab]
+    assert len(central) == 5 and len(local) == 3  # 2 setups x (test, label) + paper; 1 + 1 + 1
+    for group in (central, local):
+        assert len({lines[lab].get_color() for lab in group}) == 1
+        assert len({lines[lab].get_markeredgecolor() for lab in group}) == 1
+    assert lines[central[0]].get_color() != lines[local[0]].get_color()
+    # The two central setups: same colour, told apart by marker and line style.
+    first, second = "rknn mnist central [s=40]", "rknn mnist central [s=100]"
+    assert lines[first].get_marker() != lines[second].get_marker()
+    assert lines[first].get_linestyle() != lines[second].get_linestyle()
+
+
+def test_paper_markers_only_for_modes_in_the_records():
+    central_only = [r for r in _sweep() if r["mode"] == "central"]
+    labels = _legend(accuracy_figure(central_only))
+    assert [lab for lab in labels if lab.startswith("paper")] == [
+        "paper: rknn mnist central (s=10 at eps 0.01, s=40 at eps 0.04, 0.1; ours s=40)"]
+    shuffle_only = [_record(0.1, 0.97, mode="shuffle")]
+    assert not [lab for lab in _legend(accuracy_figure(shuffle_only)) if "paper" in lab]
+    page = sweep_readme(shuffle_only, command="x", title="t")
+    assert "## Paper references" not in page
+    assert "local-collision" not in sweep_readme(central_only, command="x", title="t")
+    # References given explicitly are all drawn.
+    explicit = references_for("rknn", "mnist", mode="local-collision")
+    assert _legend(accuracy_figure(central_only, references=explicit)) == [
+        "rknn mnist central", "paper: rknn mnist local-collision (s=10)"]
+
+
+def test_paper_s_is_not_named_where_it_equals_ours():
+    records = [_record(eps, 0.9, mode="local-collision", clusters=10) for eps in (0.4, 1.0)]
+    assert _legend(accuracy_figure(records))[-1] == "paper: rknn mnist local-collision"
+    records = [_record(eps, 0.9, mode="local-collision", clusters=20) for eps in (0.4, 1.0)]
+    assert _legend(accuracy_figure(records))[-1] == (
+        "paper: rknn mnist local-collision (s=10; ours s=20)")
+
+
+def test_coinciding_series_stay_distinguishable():
+    # Identical accuracies at identical epsilons (as local-rr and local-collision at eps=4).
+    records = [_record(eps, 0.83, mode=mode, clusters=10) for mode in ("local-rr",
+                                                                      "local-collision")
+               for eps in (1.0, 4.0)]
+    fig = accuracy_figure(records, references=[])
+    lines = _series_lines(fig)
+    a, b = lines["rknn mnist local-collision"], lines["rknn mnist local-rr"]
+    assert a.get_marker() != b.get_marker() and a.get_color() != b.get_color()
+    xa, xb = np.asarray(a.get_xdata(), float), np.asarray(b.get_xdata(), float)
+    assert np.all(xa != xb)  # offset along x ...
+    np.testing.assert_allclose(xa, [1.0, 4.0], rtol=0.05)  # ... by a few percent at most
+    np.testing.assert_allclose(xb, [1.0, 4.0], rtol=0.05)
+    assert np.all(xa < xb) or np.all(xb < xa)
+    assert any("offset along x" in t.get_text() for t in fig.texts)
+    assert not any("stars" in t.get_text() for t in fig.texts)  # no paper marker drawn
+    # A lone series is drawn at its exact epsilons, with no such note.
+    fig = accuracy_figure(records[:2], references=[])
+    np.testing.assert_allclose(np.asarray(fig.axes[0].lines[0].get_xdata(), float), [1.0, 4.0])
+    assert not any("offset" in t.get_text() for t in fig.texts)
 
 
 def test_figure_options_label_accuracy_references_and_metric():
@@ -275,7 +357,8 @@ def test_figure_options_label_accuracy_references_and_metric():
     assert dashed and dashed[0].lines[0].get_linestyle() == "--"
     fig = accuracy_figure(_sweep(), metric="label_accuracy")
     # Only the central references publish a label accuracy.
-    assert _legend(fig)[-1] == "paper: rknn mnist central"
+    assert _legend(fig)[-1].startswith("paper: rknn mnist central (")
+    assert not any("local-collision" in lab and "paper" in lab for lab in _legend(fig))
     assert "label accuracy (%)" == fig.axes[0].get_ylabel()
     varied = [*_sweep(), _record(0.1, 0.99, clusters=100)]
     assert "rknn mnist central [s=100]" in _legend(accuracy_figure(varied, references=[]))
@@ -344,3 +427,73 @@ def test_reports_import_neither_torch_nor_pipelines():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "False False"
+
+
+# --- seconds and the results overview --------------------------------------------------------
+
+FULL_STAGES = {"data": 0.5, "representation": 6.0, "queries": 0.2, "reverse k-NN": 0.01,
+               "release": 0.01, "labels": 0.0, "student": 17.0}
+
+
+def _timed(epsilon, *, stages=FULL_STAGES, shared=None, **extra):
+    seconds = dict(stages)
+    seconds["total"] = sum(stages.values())
+    record = _record(epsilon, 0.9, seconds=seconds, **extra)
+    if shared is not None:
+        record["shared_stages"] = shared
+    return record
+
+
+def test_rows_timing_fewer_stages_are_marked_and_explained():
+    old = {k: v for k, v in FULL_STAGES.items() if k in ("release", "labels", "student")}
+    records = [_timed(0.1, shared=["data", "representation"]), _timed(1.0, stages=old)]
+    rows = _rows(markdown_table(records))
+    assert rows[0]["seconds"] == "23.7"
+    assert rows[1]["seconds"] == "17.0 †"
+    note = seconds_note(records)
+    assert "(data, representation, queries, reverse k-NN, release, labels, student)" in note
+    assert "shares (data, representation)" in note
+    assert note.count("†") == 1 and "they lack data, representation, queries, reverse k-NN" in note
+    # All rows alike: no mark, no footnote; numbers as seconds are never marked.
+    same = [_timed(0.1), _timed(1.0)]
+    assert "†" not in markdown_table(same) and "†" not in seconds_note(same)
+    plain = [_record(0.1, 0.9, seconds=3.0), _timed(1.0)]
+    assert "†" not in markdown_table(plain)
+    page = sweep_readme(records, command="x", title="t")
+    assert note in page and "17.0 †" in page
+
+
+def _write_folder(root, name, records):
+    folder = root / name
+    folder.mkdir(parents=True)
+    _write_jsonl(folder / "results.jsonl", records)
+    return folder
+
+
+def test_results_overview_renders_table_notes_and_sources(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    prov = {"package": "dpkd-audit", "package_version": "9.9", "git_commit": "0123456789abcdef",
+            "git_dirty": False, "created_utc": "2026-11-24T10:00:00Z"}
+    new = [_timed(eps, shared=["data"], provenance=prov, label_accuracy_without_noise=0.95)
+           for eps in (0.1, 1.0)]
+    old = [_timed(0.04, stages={"student": 5.0}, label_accuracy_without_noise=0.95)]
+    b = _write_folder(Path("reports"), "b-new", new)
+    a = _write_folder(Path("reports"), "a-old", old)
+    text = results_overview([b, a / "results.jsonl"])
+    assert text == results_overview([str(a), str(b)])  # order and spelling do not matter
+    assert text.startswith(markdown_table(old + new) + "\n\n")
+    assert seconds_note(old + new) in text and text.endswith(".\n")
+    assert "rknn mnist (hog-pca / small, s=40, k=1): 95.00%" in text
+    sources = text.splitlines()[-1]
+    assert sources.index("a-old") < sources.index("b-new")
+    assert "[`a-old`](reports/a-old/) (1 run; no provenance recorded)" in sources
+    assert ("[`b-new`](reports/b-new/) (2 runs; dpkd-audit 9.9, commit 0123456789, "
+            "2026-11-24)") in sources
+    dirty = dict(prov, git_dirty=True, git_commit=None)
+    mixed = _write_folder(Path("reports"), "c", [_timed(0.1, provenance=dirty), _timed(1.0)])
+    assert ("dpkd-audit 9.9, no git commit, 2026-11-24; 1 run without provenance"
+            in results_overview([mixed]))
+    with pytest.raises(ValueError, match="paths must be a non-empty sequence"):
+        results_overview([])
+    with pytest.raises(FileNotFoundError, match=r"no results\.jsonl or result\.json"):
+        results_overview([tmp_path])

@@ -21,7 +21,14 @@ import importlib
 from typing import Any
 
 from dpkd_audit.audit.attacks import Attack
-from dpkd_audit.audit.auditor import AuditResult, audit_mechanism, audit_sampler
+from dpkd_audit.audit.auditor import (
+    POWER_FRACTION,
+    AuditResult,
+    Verdict,
+    audit_mechanism,
+    audit_sampler,
+    resolve_attack,
+)
 from dpkd_audit.audit.bounds import (
     ProbabilityKind,
     clopper_pearson,
@@ -31,14 +38,17 @@ from dpkd_audit.audit.bounds import (
 from dpkd_audit.audit.pair_search import search_neighbouring_pair
 
 __all__ = [
+    "POWER_FRACTION",
     "Attack",
     "AuditResult",
     "ProbabilityKind",
+    "Verdict",
     "audit_mechanism",
     "audit_sampler",
     "clopper_pearson",
     "epsilon_lower_bound",
     "optimal_attainable_bound",
+    "resolve_attack",
     "search_neighbouring_pair",
 ]
 

@@ -26,15 +26,14 @@ from collections.abc import Callable
 import numpy as np
 
 from dpkd_audit.audit.bounds import _epsilon_bound_array
+from dpkd_audit.audit.features import FeatureSpec, flat_columns
 from dpkd_audit.audit.outputs import (
     KeyCoder,
     OutputKind,
     Outputs,
-    count_levels,
     describe_float_key,
     describe_keys,
     float_bit_keys,
-    numeric_features,
 )
 
 __all__ = ["Attack", "Candidate", "Selection", "select_event"]
@@ -55,15 +54,21 @@ class Attack(enum.Enum):
     #: Bit-level features of floating-point outputs (Mironov, CCS 2012), then a histogram attack
     #: on them.
     FLOAT_BITS = "float_bits"
-    #: By output type: scalar ints -> HISTOGRAM and THRESHOLD; scalar floats -> THRESHOLD and
-    #: FLOAT_BITS (and HISTOGRAM when few distinct values); arrays and records -> HISTOGRAM when
-    #: the outcomes repeat, else CLASSIFIER; other values -> HISTOGRAM. Where several apply, the
-    #: best on the selection criterion wins (still chosen on the selection samples only). This
-    #: audits the *implementation*: a textbook floating-point sampler is flagged for its
-    #: floating-point artefacts even when its real-valued design is private.
+    #: A threshold on the one coordinate of a vector output that differs most between the
+    #: inputs (e.g. the changed cell of a noisy count matrix).
+    COORDINATE = "coordinate"
+    #: Every attack that applies to the output type competes: scalar ints -> HISTOGRAM,
+    #: THRESHOLD; scalar floats -> THRESHOLD, HISTOGRAM, FLOAT_BITS; arrays and records ->
+    #: HISTOGRAM (whole outputs, and their discrete part: missing-value pattern and discrete
+    #: columns), COORDINATE, CLASSIFIER; other values -> HISTOGRAM. Each proposes events on one
+    #: half of the selection samples and the best on the other half wins (still chosen on the
+    #: selection samples only). This audits the *implementation*: a textbook floating-point
+    #: sampler is flagged for its floating-point artefacts even when its real-valued design is
+    #: private.
     AUTO = "auto"
     #: AUTO without FLOAT_BITS: audits the real-valued (idealised) mechanism, ignoring how its
-    #: outputs sit on the floating-point grid.
+    #: outputs sit on the floating-point grid. The default policy (see
+    #: :func:`~dpkd_audit.audit.auditor.audit_sampler`).
     AUTO_REAL = "auto_real"
 
 
@@ -129,9 +134,36 @@ def _criteria(k_x: np.ndarray, m_x: int, k_xp: np.ndarray, m_xp: int,
     return criterion(k_x, m_x, k_xp, m_xp, sel), criterion(k_xp, m_xp, k_x, m_x, sel)
 
 
+# --------------------------------------------------------------------------- held-out split
+
+#: Share of the selection samples on which the attacks *propose* their families of events; the
+#: rest scores every member of every family (held out from the proposals).
+PROPOSE_FRACTION = 0.5
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Halves:
+    """Selection samples of both inputs, split into a proposing and a scoring half."""
+
+    propose_a: Outputs
+    propose_b: Outputs
+    score_a: Outputs
+    score_b: Outputs
+
+
+def split_selection(a: Outputs, b: Outputs) -> Halves:
+    """Split the (i.i.d.) selection samples: the first part proposes, the rest scores."""
+    def cut(o: Outputs) -> tuple[Outputs, Outputs]:
+        h = min(max(1, int(len(o) * PROPOSE_FRACTION)), len(o) - 1)
+        return Outputs(o.kind, o.data[:h]), Outputs(o.kind, o.data[h:])
+
+    (pa, sa), (pb, sb) = cut(a), cut(b)
+    return Halves(pa, pb, sa, sb)
+
+
 # --------------------------------------------------------------------------- threshold
 
-#: Number of candidate thresholds spread uniformly over the pooled selection quantiles (more are
+#: Number of candidate thresholds spread uniformly over the pooled proposal quantiles (more are
 #: added geometrically towards both tails).
 THRESHOLD_GRID = 1024
 
@@ -144,41 +176,41 @@ def _threshold_grid(pooled_sorted: np.ndarray) -> np.ndarray:
     return np.unique(pooled_sorted[np.clip(idx, 0, size - 1)])
 
 
-def threshold_candidate(a: np.ndarray, b: np.ndarray, sel: Selection, *,
+def _sorted_valid(values: np.ndarray) -> tuple[np.ndarray, int]:
+    values = np.sort(np.asarray(values, dtype=np.float64))
+    valid = int(np.count_nonzero(~np.isnan(values)))
+    return values[:valid], values.size
+
+
+def threshold_candidate(propose: tuple[np.ndarray, np.ndarray],
+                        score: tuple[np.ndarray, np.ndarray], sel: Selection, *,
                         attack: Attack = Attack.THRESHOLD, label: str = "output",
                         transform: Callable[[Outputs], np.ndarray] | None = None) -> Candidate:
-    """Best event ``value > t`` or ``value < t`` (both directions) on real selection values.
+    """Best event ``value > t`` or ``value < t`` (both directions), ``t`` proposed, then scored.
 
-    Counting is sort-based: ``O(m log m)`` for ``m`` selection values and any number of
-    thresholds. NaN values are in no event.
+    The thresholds are quantiles of the pooled *proposal* values; every threshold, operator and
+    direction is scored by the criterion on the held-out *scoring* values (sort-based counting,
+    ``O(m log m)`` for any number of thresholds). NaN values are in no event.
 
     Args:
-        a: Selection values under ``x``.
-        b: Selection values under ``x'``.
+        propose: Proposal values under ``x`` and ``x'``.
+        score: Scoring values under ``x`` and ``x'``.
         sel: Shared selection parameters.
         attack: Attack recorded in the candidate.
         label: Name of the value in the description.
         transform: Maps a batch of outputs to the values compared with ``t`` (default: the
             scalar output itself).
     """
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    a_sorted, b_sorted = np.sort(a), np.sort(b)
-    pooled = np.sort(np.concatenate([a_sorted, b_sorted]))
-    pooled = pooled[~np.isnan(pooled)]
-    if pooled.size == 0:
-        thresholds = np.array([0.0])
-    else:
-        thresholds = _threshold_grid(pooled)
-    valid_a = int(np.count_nonzero(~np.isnan(a)))
-    valid_b = int(np.count_nonzero(~np.isnan(b)))
-    gt_a = valid_a - np.searchsorted(a_sorted[:valid_a], thresholds, side="right")
-    gt_b = valid_b - np.searchsorted(b_sorted[:valid_b], thresholds, side="right")
-    lt_a = np.searchsorted(a_sorted[:valid_a], thresholds, side="left")
-    lt_b = np.searchsorted(b_sorted[:valid_b], thresholds, side="left")
+    pooled, _ = _sorted_valid(np.concatenate([np.ravel(propose[0]), np.ravel(propose[1])]))
+    thresholds = _threshold_grid(pooled) if pooled.size else np.array([0.0])
+    (a, m_a), (b, m_b) = _sorted_valid(score[0]), _sorted_valid(score[1])
+    gt_a = a.size - np.searchsorted(a, thresholds, side="right")
+    gt_b = b.size - np.searchsorted(b, thresholds, side="right")
+    lt_a = np.searchsorted(a, thresholds, side="left")
+    lt_b = np.searchsorted(b, thresholds, side="left")
     options = []
     for op, k_a, k_b in ((">", gt_a, gt_b), ("<", lt_a, lt_b)):
-        fwd, bwd = _criteria(k_a, a.size, k_b, b.size, sel)
+        fwd, bwd = _criteria(k_a, m_a, k_b, m_b, sel)
         options.append((op, True, fwd))
         options.append((op, False, bwd))
     op, forward, scores = max(options, key=lambda o: float(np.max(o[2])))
@@ -204,34 +236,45 @@ def _scalar_values(outputs: Outputs) -> np.ndarray:
 MAX_PREFIXES = 4096
 
 
-def _best_set(keys_a: np.ndarray, keys_b: np.ndarray, sel: Selection
-              ) -> tuple[np.ndarray, bool, float]:
-    """Best set of keys (and direction) by the criterion, among likelihood-ratio prefixes.
+def _best_set(propose: tuple[np.ndarray, np.ndarray], score: tuple[np.ndarray, np.ndarray],
+              sel: Selection) -> tuple[np.ndarray, bool, float]:
+    """Best set of keys (and direction): likelihood-ratio prefixes proposed, then scored.
 
     Neyman-Pearson: the most telling sets of a given probability are likelihood-ratio prefixes.
-    The ratios are only estimated, so two orders are tried and every prefix of each is scored by
-    the criterion: the smoothed empirical ratio ``((k + 1/2) / m) / ((k' + 1/2) / m')``, and the
-    criterion of each outcome alone (outcomes whose ratio is *established* come first, so
-    outcomes that share one true ratio, as in randomized response or the tails of a discrete
-    Laplace, enter by weight of evidence rather than by noise). Only outcomes seen more often on
-    the numerator side are considered.
+    The ratios are estimated on the *proposal* keys, in two orders: the smoothed empirical ratio
+    ``((k + 1/2) / m) / ((k' + 1/2) / m')``, and the criterion of each outcome alone (outcomes
+    whose ratio is *established* come first, so outcomes that share one true ratio, as in
+    randomized response or the tails of a discrete Laplace, enter by weight of evidence rather
+    than by noise). Each prefix is then scored on the held-out *scoring* keys, so an outcome
+    seen once while proposing (a continuous value that never recurs) adds nothing to a prefix
+    and the chosen set keeps only outcomes that recur. Only outcomes seen more often on the
+    numerator side while proposing are considered.
     """
-    m_a, m_b = keys_a.size, keys_b.size
-    uniq, inverse = np.unique(np.concatenate([keys_a, keys_b]), return_inverse=True)
-    c_a = np.bincount(inverse[:m_a], minlength=uniq.size)
-    c_b = np.bincount(inverse[m_a:], minlength=uniq.size)
+    (pa, pb), (sa, sb) = propose, score
+    m_a, m_b = sa.size, sb.size
+    uniq, inverse = np.unique(np.concatenate([pa, pb]), return_inverse=True)
+    c_a = np.bincount(inverse[:pa.size], minlength=uniq.size)
+    c_b = np.bincount(inverse[pa.size:], minlength=uniq.size)
+
+    def score_counts(keys: np.ndarray) -> np.ndarray:
+        pos = np.clip(np.searchsorted(uniq, keys), 0, uniq.size - 1)
+        seen = uniq[pos] == keys
+        return np.bincount(pos[seen], minlength=uniq.size)
+
+    s_a, s_b = score_counts(sa), score_counts(sb)
     best: tuple[np.ndarray, bool, float] = (uniq[:1], True, 0.0)
-    for forward, num, m_num, den, m_den in ((True, c_a, m_a, c_b, m_b),
-                                             (False, c_b, m_b, c_a, m_a)):
-        ratio = ((num + 0.5) / m_num) / ((den + 0.5) / m_den)
+    for forward, num, m_num_p, den, m_den_p, s_num, m_num, s_den, m_den in (
+            (True, c_a, pa.size, c_b, pb.size, s_a, m_a, s_b, m_b),
+            (False, c_b, pb.size, c_a, pa.size, s_b, m_b, s_a, m_a)):
+        ratio = ((num + 0.5) / m_num_p) / ((den + 0.5) / m_den_p)
         telling = np.flatnonzero(ratio > 1.0)
         if telling.size == 0:
             continue
-        alone = criterion(num[telling], m_num, den[telling], m_den, sel)
+        alone = criterion(num[telling], m_num_p, den[telling], m_den_p, sel)
         for order_key in (ratio[telling], alone + 1e-9 * ratio[telling] / ratio.max()):
             order = telling[np.argsort(-order_key, kind="stable")]
-            cum_num = np.cumsum(num[order])
-            cum_den = np.cumsum(den[order])
+            cum_num = np.cumsum(s_num[order])
+            cum_den = np.cumsum(s_den[order])
             if order.size > MAX_PREFIXES:
                 pick = np.unique(np.concatenate([
                     np.arange(MAX_PREFIXES // 2),
@@ -252,75 +295,83 @@ def _set_text(members: list[str], total: int) -> str:
     return "{" + shown + more + "}"
 
 
-def histogram_candidate(a: Outputs, b: Outputs, sel: Selection, coder: KeyCoder) -> Candidate:
-    """Best set of outcomes of a discrete output (unseen outcomes are not in the event)."""
-    keys_a = coder.keys(a)
-    keys_b = coder.keys(b)
-    event, forward, score = _best_set(keys_a, keys_b, sel)
-    both = Outputs(a.kind, np.concatenate([a.data, b.data]))
-    text = _set_text(describe_keys(event[:5], np.concatenate([keys_a, keys_b]), both),
-                     event.size)
+def _keyed_candidate(halves: Halves, keys_of: Callable[[Outputs], np.ndarray], sel: Selection,
+                     attack: Attack, describe: Callable[[np.ndarray], list[str]],
+                     what: str) -> Candidate:
+    event, forward, score = _best_set(
+        (keys_of(halves.propose_a), keys_of(halves.propose_b)),
+        (keys_of(halves.score_a), keys_of(halves.score_b)), sel)
 
     def indicator(outputs: Outputs) -> np.ndarray:
-        return np.isin(coder.keys(outputs), event)
+        return np.isin(keys_of(outputs), event)
 
-    return Candidate(Attack.HISTOGRAM, f"output in {text}", forward, score, indicator)
+    return Candidate(attack, f"{what} in {_set_text(describe(event), event.size)}", forward,
+                     score, indicator)
+
+
+def histogram_candidate(halves: Halves, sel: Selection, coder: KeyCoder) -> Candidate:
+    """Best set of outcomes of a discrete output (unseen outcomes are not in the event)."""
+    both = Outputs(halves.propose_a.kind,
+                   np.concatenate([halves.propose_a.data, halves.propose_b.data]))
+    both_keys = coder.keys(both)
+    return _keyed_candidate(halves, coder.keys, sel, Attack.HISTOGRAM,
+                            lambda event: describe_keys(event[:5], both_keys, both), "output")
+
+
+def projection_candidate(halves: Halves, sel: Selection, spec: FeatureSpec) -> Candidate:
+    """Histogram attack on the discrete projection (missing-value pattern, discrete columns)."""
+    return _keyed_candidate(halves, spec.discrete_keys, sel, Attack.HISTOGRAM,
+                            lambda event: [f"<pattern {int(k) & 0xffff:04x}>" for k in event[:5]],
+                            "discrete part (missing values, discrete columns)")
 
 
 # --------------------------------------------------------------------------- float bits
 
-def _float_bits_one(a: Outputs, b: Outputs, sel: Selection, *, low_bits: bool) -> Candidate:
-    dtype = a.data.dtype if a.data.dtype in (np.float32, np.float64) else np.dtype(np.float64)
-    event, forward, score = _best_set(float_bit_keys(a.data, low_bits=low_bits),
-                                      float_bit_keys(b.data, low_bits=low_bits), sel)
-    text = _set_text([describe_float_key(int(k), low_bits=low_bits, dtype=dtype)
-                      for k in event[:5]], event.size)
-
-    def indicator(outputs: Outputs) -> np.ndarray:
-        return np.isin(float_bit_keys(outputs.data, low_bits=low_bits), event)
-
-    return Candidate(Attack.FLOAT_BITS, f"bit pattern in {text}", forward, score, indicator)
+def _float_dtype(outputs: Outputs) -> np.dtype:
+    dtype = outputs.data.dtype
+    return dtype if dtype in (np.float32, np.float64) else np.dtype(np.float64)
 
 
-def float_bits_candidate(a: Outputs, b: Outputs, sel: Selection) -> Candidate:
+def float_bits_candidate(halves: Halves, sel: Selection) -> Candidate:
     """Best set of (sign, binade, low-bit pattern) outcomes of floating-point scalar outputs.
 
     Mironov, CCS 2012, Section 3 (see :func:`~dpkd_audit.audit.outputs.float_bit_keys`): two
     patterns are tried (trailing zero bits of the significand; its lowest bits), each with the
-    histogram attack, and the better on the criterion is kept.
+    histogram attack, and the better on the held-out criterion is kept.
     """
-    return max((_float_bits_one(a, b, sel, low_bits=low) for low in (False, True)),
-               key=lambda c: c.criterion)
+    dtype = _float_dtype(halves.propose_a)
+    found = []
+    for low in (False, True):
+        def keys_of(outputs: Outputs, low: bool = low) -> np.ndarray:
+            return float_bit_keys(outputs.data, low_bits=low)
+
+        def describe(event: np.ndarray, low: bool = low) -> list[str]:
+            return [describe_float_key(int(k), low_bits=low, dtype=dtype) for k in event[:5]]
+
+        found.append(_keyed_candidate(halves, keys_of, sel, Attack.FLOAT_BITS, describe,
+                                      "bit pattern"))
+    return max(found, key=lambda c: c.criterion)
 
 
 # --------------------------------------------------------------------------- classifier
 
-#: Fraction of the selection samples used to train the classifier (the rest picks the threshold).
-CLASSIFIER_TRAIN_FRACTION = 0.5
-#: Most training rows per side (the rest of the training part is left out to bound the cost).
+#: Most training rows per side (the rest of the proposal part is left out to bound the cost).
 CLASSIFIER_MAX_TRAIN = 100_000
 
 
-def classifier_candidate(a: Outputs, b: Outputs, sel: Selection) -> Candidate:
-    """Logistic-regression score on features, then the threshold attack on a held-out slice.
+def classifier_candidate(halves: Halves, sel: Selection, spec: FeatureSpec) -> Candidate:
+    """Logistic-regression score on features, then the threshold attack on its score.
 
     DP-Sniper (Bichsel, Steffen, Bogunovic, Vechev, IEEE S&P 2021, Sections 4-5): train a
     classifier to tell the two inputs apart from an output, then threshold its score. The model
-    is fitted on part of the selection samples and the threshold chosen on the rest (held out
-    from the fit), so the final event is still a function of the selection samples only.
+    is fitted on the proposal part and its threshold chosen by the held-out scoring part, so the
+    final event is still a function of the selection samples only.
     """
     from sklearn.exceptions import ConvergenceWarning  # heavy import, only when used
     from sklearn.linear_model import LogisticRegression
 
-    levels = count_levels(a)
-    feats_a = numeric_features(a, levels)
-    feats_b = numeric_features(b, levels)
-    n_a, n_b = len(feats_a), len(feats_b)
-    perm_a, perm_b = sel.rng.permutation(n_a), sel.rng.permutation(n_b)
-    cut_a = max(1, min(int(n_a * CLASSIFIER_TRAIN_FRACTION), n_a - 1))
-    cut_b = max(1, min(int(n_b * CLASSIFIER_TRAIN_FRACTION), n_b - 1))
-    train_a = feats_a[perm_a[:cut_a][:CLASSIFIER_MAX_TRAIN]]
-    train_b = feats_b[perm_b[:cut_b][:CLASSIFIER_MAX_TRAIN]]
+    train_a = spec.transform(halves.propose_a)[:CLASSIFIER_MAX_TRAIN]
+    train_b = spec.transform(halves.propose_b)[:CLASSIFIER_MAX_TRAIN]
     train = np.concatenate([train_a, train_b])
     mean = train.mean(axis=0)
     scale = train.std(axis=0)
@@ -334,64 +385,113 @@ def classifier_candidate(a: Outputs, b: Outputs, sel: Selection) -> Candidate:
     intercept = float(model.intercept_[0])
 
     def score(outputs: Outputs) -> np.ndarray:
-        feats = numeric_features(outputs, levels)
-        return ((feats - mean) / scale) @ coef + intercept
+        return ((spec.transform(outputs) - mean) / scale) @ coef + intercept
 
-    held_a = feats_a[perm_a[cut_a:]]
-    held_b = feats_b[perm_b[cut_b:]]
-    return threshold_candidate(((held_a - mean) / scale) @ coef + intercept,
-                               ((held_b - mean) / scale) @ coef + intercept, sel,
-                               attack=Attack.CLASSIFIER, label="classifier score",
-                               transform=score)
+    return threshold_candidate(
+        (((train_a - mean) / scale) @ coef + intercept,
+         ((train_b - mean) / scale) @ coef + intercept),
+        (score(halves.score_a), score(halves.score_b)), sel,
+        attack=Attack.CLASSIFIER, label="classifier score", transform=score)
+
+
+# --------------------------------------------------------------------------- coordinates
+
+#: Coordinates (of the most different on the proposal part) tried by the coordinate attack.
+COORDINATES_TRIED = 8
+#: Most coordinates combined into one sign pattern by the coordinate attack.
+PATTERN_COORDINATES = 4
+
+
+def _midpoints(pa: np.ndarray, pb: np.ndarray) -> np.ndarray:
+    """Per column, the midpoint of the two sides' proposal medians (NaN ignored; 0 if none)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
+        mid = 0.5 * (np.nanmedian(pa, axis=0) + np.nanmedian(pb, axis=0))
+    return np.where(np.isfinite(mid), mid, 0.0)
+
+
+def coordinate_candidate(halves: Halves, sel: Selection) -> Candidate:
+    """Thresholds on the coordinates that differ most between the two inputs.
+
+    For vector outputs whose inputs differ in a few coordinates (a noisy count matrix in which
+    one record moves, a latent code with a few changed dimensions), the likelihood-ratio test
+    looks at those coordinates only: for Laplace noise the privacy loss is largest when *every*
+    changed coordinate lies beyond its shift. The coordinates whose proposal samples differ most
+    (two-sample z-score of the means, NaN read as 0) are found on the proposal part; then two
+    families compete on the held-out part: a threshold on each single coordinate, and the
+    histogram attack on the sign pattern of the top ``PATTERN_COORDINATES`` coordinates, each
+    compared with the midpoint of the two sides' proposal medians (e.g. the event "cell 1 >= 1
+    and cell 2 <= 0" of a count release in which one vote moves).
+    """
+    pa, pb = flat_columns(halves.propose_a), flat_columns(halves.propose_b)
+    sa, sb = flat_columns(halves.score_a), flat_columns(halves.score_b)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ca, cb = np.where(np.isfinite(pa), pa, 0.0), np.where(np.isfinite(pb), pb, 0.0)
+        spread = np.sqrt(ca.var(axis=0) / len(ca) + cb.var(axis=0) / len(cb))
+        z_mean = np.abs(ca.mean(axis=0) - cb.mean(axis=0)) / np.where(spread > 0, spread, np.inf)
+    order = np.argsort(-z_mean, kind="stable")[:COORDINATES_TRIED]
+    found = []
+    for j in order:
+        def column(outputs: Outputs, j: int = int(j)) -> np.ndarray:
+            return flat_columns(outputs)[:, j]
+
+        found.append(threshold_candidate((pa[:, j], pb[:, j]), (sa[:, j], sb[:, j]), sel,
+                                         attack=Attack.COORDINATE,
+                                         label=f"coordinate {int(j)}", transform=column))
+    top = np.sort(order[:PATTERN_COORDINATES])
+    if top.size > 1:
+        cuts = _midpoints(pa[:, top], pb[:, top])
+        weights = (1 << np.arange(top.size)).astype(np.int64)
+
+        def pattern(outputs: Outputs) -> np.ndarray:
+            cols = flat_columns(outputs)[:, top]
+            with np.errstate(invalid="ignore"):
+                return (cols > cuts).astype(np.int64) @ weights
+
+        def describe(event: np.ndarray) -> list[str]:
+            return [" & ".join(f"c{int(c)}{'>' if (int(k) >> i) & 1 else '<='}{t:.3g}"
+                               for i, (c, t) in enumerate(zip(top, cuts, strict=True)))
+                    for k in event[:5]]
+
+        found.append(_keyed_candidate(halves, pattern, sel, Attack.COORDINATE, describe,
+                                      "coordinate pattern"))
+    return max(found, key=lambda c: c.criterion)
 
 
 # --------------------------------------------------------------------------- dispatch
-
-#: Arrays/records use the histogram attack when the selection part has at most this fraction of
-#: distinct outcomes (the outcomes repeat), else the classifier.
-REPEAT_FRACTION = 0.5
 
 _APPLICABLE = {
     Attack.THRESHOLD: {OutputKind.SCALAR_FLOAT, OutputKind.SCALAR_INT},
     Attack.HISTOGRAM: set(OutputKind),
     Attack.CLASSIFIER: {OutputKind.SCALAR_FLOAT, OutputKind.SCALAR_INT, OutputKind.ARRAY,
                         OutputKind.STRUCTURED},
+    Attack.COORDINATE: {OutputKind.ARRAY, OutputKind.STRUCTURED},
     Attack.FLOAT_BITS: {OutputKind.SCALAR_FLOAT},
 }
 
 
-def _distinct_fraction(a: Outputs, b: Outputs, coder: KeyCoder) -> float:
-    keys = np.concatenate([coder.keys(a), coder.keys(b)])
-    return np.unique(keys).size / keys.size
-
-
-def auto_attacks(a: Outputs, b: Outputs, coder: KeyCoder, *,
-                 float_bits: bool = True) -> list[Attack]:
+def auto_attacks(kind: OutputKind, *, float_bits: bool = True) -> list[Attack]:
     """The attacks AUTO (``float_bits=False``: AUTO_REAL) runs for this kind of output.
 
-    Decided on the selection samples only.
+    Every applicable attack competes; the held-out criterion picks the winner.
     """
-    kind = a.kind
     if kind is OutputKind.SCALAR_INT:
         return [Attack.HISTOGRAM, Attack.THRESHOLD]
     if kind is OutputKind.SCALAR_FLOAT:
-        attacks = [Attack.THRESHOLD, Attack.FLOAT_BITS] if float_bits else [Attack.THRESHOLD]
-        if _distinct_fraction(a, b, coder) <= REPEAT_FRACTION:
-            attacks.append(Attack.HISTOGRAM)
-        return attacks
+        return [Attack.THRESHOLD, Attack.HISTOGRAM] + ([Attack.FLOAT_BITS] if float_bits else [])
     if kind is OutputKind.OBJECT:
         return [Attack.HISTOGRAM]
-    if _distinct_fraction(a, b, coder) <= REPEAT_FRACTION:
-        return [Attack.HISTOGRAM]
-    return [Attack.CLASSIFIER]
+    return [Attack.HISTOGRAM, Attack.COORDINATE, Attack.CLASSIFIER]
 
 
 def select_event(a: Outputs, b: Outputs, attack: Attack, sel: Selection,
                  coder: KeyCoder) -> Candidate:
     """Choose the event on the selection samples ``a`` (under ``x``) and ``b`` (under ``x'``).
 
-    With several attacks (AUTO), each proposes its best event and the best on the criterion is
-    kept; every step looks at the selection samples only.
+    The selection samples are split (:func:`split_selection`): every attack proposes a family
+    of events on the first part, and every member is scored by the criterion on the held-out
+    second part; the best (over attacks too, with AUTO) is kept. Every step looks at the
+    selection samples only.
 
     Raises:
         ValueError: If ``attack`` does not apply to this kind of output.
@@ -400,7 +500,7 @@ def select_event(a: Outputs, b: Outputs, attack: Attack, sel: Selection,
         raise ValueError(f"attack must be an Attack ({', '.join(x.name for x in Attack)}); "
                          f"got {attack!r}")
     if attack in (Attack.AUTO, Attack.AUTO_REAL):
-        attacks = auto_attacks(a, b, coder, float_bits=attack is Attack.AUTO)
+        attacks = auto_attacks(a.kind, float_bits=attack is Attack.AUTO)
     else:
         attacks = [attack]
     for chosen in attacks:
@@ -409,14 +509,25 @@ def select_event(a: Outputs, b: Outputs, attack: Attack, sel: Selection,
                       + ["AUTO", "AUTO_REAL"])
             raise ValueError(f"attack {chosen.name} does not apply to {a.kind.value} outputs; "
                              f"use one of {', '.join(usable)}")
+    halves = split_selection(a, b)
+    spec = (FeatureSpec.fit(halves.propose_a, halves.propose_b)
+            if a.kind is not OutputKind.OBJECT else None)
     candidates = []
     for chosen in attacks:
         if chosen is Attack.THRESHOLD:
-            candidates.append(threshold_candidate(a.data, b.data, sel))
+            candidates.append(threshold_candidate(
+                (halves.propose_a.data, halves.propose_b.data),
+                (halves.score_a.data, halves.score_b.data), sel))
         elif chosen is Attack.HISTOGRAM:
-            candidates.append(histogram_candidate(a, b, sel, coder))
+            candidates.append(histogram_candidate(halves, sel, coder))
+            if spec is not None and a.kind in (OutputKind.ARRAY, OutputKind.STRUCTURED) \
+                    and spec.has_discrete_part:
+                candidates.append(projection_candidate(halves, sel, spec))
         elif chosen is Attack.FLOAT_BITS:
-            candidates.append(float_bits_candidate(a, b, sel))
+            candidates.append(float_bits_candidate(halves, sel))
+        elif chosen is Attack.COORDINATE:
+            candidates.append(coordinate_candidate(halves, sel))
         else:
-            candidates.append(classifier_candidate(a, b, sel))
+            candidates.append(classifier_candidate(
+                halves, sel, spec or FeatureSpec.fit(halves.propose_a, halves.propose_b)))
     return max(candidates, key=lambda c: c.criterion)

@@ -24,6 +24,7 @@ delta)-DP, ``epsilon_lower > epsilon`` therefore happens with probability at mos
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import time
 from collections.abc import Callable
@@ -36,7 +37,8 @@ from dpkd_audit.audit.attacks import Attack, Candidate, Selection, select_event
 from dpkd_audit.audit.bounds import epsilon_lower_bound
 from dpkd_audit.audit.outputs import KeyCoder, Outputs, prepare_outputs
 
-__all__ = ["DEFAULT_SAMPLES", "MIN_SAMPLES", "AuditResult", "audit_mechanism", "audit_sampler"]
+__all__ = ["DEFAULT_SAMPLES", "MIN_SAMPLES", "POWER_FRACTION", "AuditResult", "Verdict",
+           "audit_mechanism", "audit_sampler", "resolve_attack"]
 
 #: Default number of outputs per input (selection and bounding parts together).
 DEFAULT_SAMPLES = 100_000
@@ -53,6 +55,61 @@ FORWARD = "x vs x'"
 BACKWARD = "x' vs x"
 
 
+#: An audit whose bound reaches this fraction of the claimed epsilon had the power to see the
+#: claimed privacy loss; below, "no violation" would say nothing and the verdict is
+#: inconclusive.
+POWER_FRACTION = 0.5
+
+
+class Verdict(enum.Enum):
+    """What an audit says about the claim."""
+
+    #: ``epsilon_lower > epsilon_claimed``: the claim is refuted at the audit's confidence.
+    VIOLATION = "violation"
+    #: No violation, and the bound reached ``POWER_FRACTION`` of the claim: the attack sees the
+    #: claimed loss, so a mechanism far above its claim would have been caught.
+    CONSISTENT = "consistent"
+    #: No violation, but the bound is below ``POWER_FRACTION`` of the claim (0 included): the
+    #: audit lacked power (too few samples, a weak event, or a pair that is not the worst
+    #: case); it says nothing either way.
+    INCONCLUSIVE = "inconclusive"
+
+
+def _verdict(lower: float, claimed: float) -> Verdict:
+    if lower > claimed:
+        return Verdict.VIOLATION
+    if lower >= POWER_FRACTION * claimed and lower > 0.0:
+        return Verdict.CONSISTENT
+    return Verdict.INCONCLUSIVE
+
+
+def resolve_attack(attack: Attack | None, mechanism: Any = None) -> tuple[Attack, str]:
+    """The attack policy of an audit, and why: one rule for the API and the command line.
+
+    - An attack given by the caller is used as is.
+    - Otherwise a mechanism that declares ``floating_point_output = True`` (a textbook
+      floating-point sampler of a real-valued design, whose Mironov 2012 artefacts are
+      documented rather than fixed) and every plain sampler are audited with AUTO_REAL: every
+      applicable attack on the real-valued outputs, float bits excluded.
+    - A mechanism that does not declare it (integer outputs, exact samplers, and controls whose
+      flaw *is* floating point) is audited with AUTO, float bits included.
+
+    Raises:
+        ValueError: If ``attack`` is neither ``None`` nor an :class:`Attack`.
+    """
+    if attack is not None:
+        if not isinstance(attack, Attack):
+            raise ValueError(f"attack must be an Attack ({', '.join(a.name for a in Attack)}) "
+                             f"or None; got {attack!r}")
+        return attack, f"{attack.value}: chosen by the caller"
+    if mechanism is not None and not getattr(type(mechanism), "floating_point_output", True):
+        return Attack.AUTO, ("auto: every applicable attack, float bits included (the "
+                             "mechanism does not declare textbook floating-point output)")
+    return Attack.AUTO_REAL, ("auto_real: every applicable attack on the real-valued outputs; "
+                              "floating-point artefacts (Mironov 2012) not audited - pass "
+                              "Attack.AUTO or FLOAT_BITS to include them")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AuditResult:
     """What one audit found.
@@ -64,7 +121,10 @@ class AuditResult:
         delta: The delta of the claim (used in the bound).
         confidence: Confidence of the bound.
         violation: ``epsilon_lower > epsilon_claimed``: the claim is refuted at this confidence.
+        verdict: VIOLATION, CONSISTENT (the bound reached ``POWER_FRACTION`` of the claim) or
+            INCONCLUSIVE (a bound of 0, or below that fraction: the audit lacked power).
         attack: The attack that chose the event.
+        policy: The attack policy that ran (AUTO, AUTO_REAL or a forced attack) and why.
         event: Human-readable event, e.g. ``"output > 0.73"``.
         direction: ``"x vs x'"`` (bound on ``ln((P_x(S) - delta) / P_x'(S))``) or ``"x' vs x"``.
         samples_per_side: Outputs drawn on each input (``selection + bound``).
@@ -82,7 +142,9 @@ class AuditResult:
     delta: float
     confidence: float
     violation: bool
+    verdict: Verdict
     attack: Attack
+    policy: str
     event: str
     direction: str
     samples_per_side: int
@@ -97,11 +159,13 @@ class AuditResult:
         """A JSON-friendly record (the attack by its value)."""
         record = dataclasses.asdict(self)
         record["attack"] = self.attack.value
+        record["verdict"] = self.verdict.value
         record["counts"] = list(self.counts)
         return record
 
     def __str__(self) -> str:
-        verdict = "VIOLATION" if self.violation else "no violation"
+        verdict = {Verdict.VIOLATION: "VIOLATION", Verdict.CONSISTENT: "no violation",
+                   Verdict.INCONCLUSIVE: "inconclusive (no power)"}[self.verdict]
         claim = (f"{self.epsilon_claimed:g}" if self.delta == 0
                  else f"({self.epsilon_claimed:g}, {self.delta:g})")
         return (f"{self.mechanism or 'sampler'}: epsilon >= {self.epsilon_lower:.4f} at "
@@ -172,9 +236,9 @@ def _plug_in(k_1: int, k_0: int, total: int, delta: float) -> float:
 
 def audit_sampler(sampler: Sampler, x: Any, x_prime: Any, *, epsilon: float,
                   delta: float = 0.0, n: int = DEFAULT_SAMPLES, confidence: float = 0.95,
-                  rng: np.random.Generator, attack: Attack = Attack.AUTO,
+                  rng: np.random.Generator, attack: Attack | None = None,
                   selection_fraction: float | None = None,
-                  mechanism: str | None = None) -> AuditResult:
+                  mechanism: str | None = None, policy: str | None = None) -> AuditResult:
     """Audit ``sampler`` on the pair ``(x, x_prime)`` against the claim (epsilon, delta).
 
     The selection part (``selection_fraction`` of the ``n`` outputs per input) chooses the
@@ -194,11 +258,13 @@ def audit_sampler(sampler: Sampler, x: Any, x_prime: Any, *, epsilon: float,
         n: Outputs per input (an integer >= ``MIN_SAMPLES``).
         confidence: Confidence of the bound, in (0, 1).
         rng: The randomness of the sampler and of the attack.
-        attack: How to choose the event (default AUTO: by output type, floating-point
-            artefacts included; AUTO_REAL: the real-valued design only).
+        attack: How to choose the event (default ``None``: AUTO_REAL, every applicable attack
+            on the real-valued outputs; AUTO adds the floating-point artefacts; see
+            :func:`resolve_attack`).
         selection_fraction: Share of the ``n`` outputs used for selection, in (0, 1); default
             :func:`default_selection_fraction`.
         mechanism: Name recorded in the result.
+        policy: Why this attack policy (recorded; default from :func:`resolve_attack`).
 
     Returns:
         The :class:`AuditResult`.
@@ -217,9 +283,8 @@ def audit_sampler(sampler: Sampler, x: Any, x_prime: Any, *, epsilon: float,
     confidence = _validate.check_probability("confidence", confidence, open_low=True,
                                              open_high=True)
     rng = _validate.check_generator(rng)
-    if not isinstance(attack, Attack):
-        raise ValueError(f"attack must be an Attack ({', '.join(a.name for a in Attack)}); "
-                         f"got {attack!r}")
+    attack, reason = resolve_attack(attack)
+    policy = reason if policy is None else policy
     if selection_fraction is not None:
         selection_fraction = _validate.check_probability(
             "selection_fraction", selection_fraction, open_low=True, open_high=True)
@@ -238,7 +303,8 @@ def audit_sampler(sampler: Sampler, x: Any, x_prime: Any, *, epsilon: float,
     lower = epsilon_lower_bound(k_1, total, k_0, total, delta=delta, confidence=confidence)
     return AuditResult(
         epsilon_lower=lower, epsilon_claimed=epsilon, delta=delta, confidence=confidence,
-        violation=lower > epsilon, attack=candidate.attack, event=candidate.description,
+        violation=lower > epsilon, verdict=_verdict(lower, epsilon), attack=candidate.attack,
+        policy=policy, event=candidate.description,
         direction=FORWARD if candidate.forward else BACKWARD, samples_per_side=n,
         selection_samples=m, bound_samples=total, counts=(hits_x, hits_xp),
         epsilon_estimate=_plug_in(k_1, k_0, total, delta),
@@ -246,12 +312,14 @@ def audit_sampler(sampler: Sampler, x: Any, x_prime: Any, *, epsilon: float,
 
 
 def audit_mechanism(mechanism: Any, *, n: int = DEFAULT_SAMPLES, confidence: float = 0.95,
-                    rng: np.random.Generator, attack: Attack = Attack.AUTO,
+                    rng: np.random.Generator, attack: Attack | None = None,
                     selection_fraction: float | None = None) -> AuditResult:
     """Audit a mechanism of the package (or any object with its contract) on its neighbours.
 
     Uses ``mechanism.neighbours()`` for the pair, ``mechanism.sample(x, n, rng=rng)`` for the
-    outputs and ``mechanism.epsilon`` / ``mechanism.delta`` (0 if absent) for the claim. Both
+    outputs (reduced by ``mechanism.audit_view(x, x')`` when it gives one: a fixed public
+    post-processing, so the bound still holds for the mechanism; the policy says so) and
+    ``mechanism.epsilon`` / ``mechanism.delta`` (0 if absent) for the claim. Both
     directions are audited: the direction is chosen with the event on the selection outputs, so
     the bound keeps its full ``confidence`` (no Bonferroni split is needed; see
     :mod:`dpkd_audit.audit.auditor`).
@@ -263,7 +331,8 @@ def audit_mechanism(mechanism: Any, *, n: int = DEFAULT_SAMPLES, confidence: flo
         n: Outputs per input.
         confidence: Confidence of the bound, in (0, 1).
         rng: The randomness.
-        attack: How to choose the event.
+        attack: How to choose the event (default ``None``: the policy of
+            :func:`resolve_attack`, the same as ``dpkd audit``'s).
         selection_fraction: Share of the outputs used for selection (default by ``n``).
 
     Returns:
@@ -283,10 +352,17 @@ def audit_mechanism(mechanism: Any, *, n: int = DEFAULT_SAMPLES, confidence: flo
         raise ValueError(f"mechanism.neighbours() must return a pair (x, x'); got "
                          f"{type(pair).__name__}")
 
-    def sampler(value: Any, k: int, gen: np.random.Generator) -> Any:
-        return mechanism.sample(value, k, rng=gen)
+    view_of = getattr(mechanism, "audit_view", None)
+    view = view_of(pair[0], pair[1]) if callable(view_of) else None
 
+    def sampler(value: Any, k: int, gen: np.random.Generator) -> Any:
+        out = mechanism.sample(value, k, rng=gen)
+        return out if view is None else view.apply(out)
+
+    attack, policy = resolve_attack(attack, mechanism)
+    if view is not None:  # post-processing: a bound on the view is a bound on the mechanism
+        policy += f"; outputs reduced by the mechanism's audit view: {view.description}"
     return audit_sampler(sampler, pair[0], pair[1], epsilon=epsilon, delta=delta, n=n,
                          confidence=confidence, rng=rng, attack=attack,
                          selection_fraction=selection_fraction,
-                         mechanism=type(mechanism).__name__)
+                         mechanism=type(mechanism).__name__, policy=policy)

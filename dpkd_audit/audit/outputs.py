@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OutputKind", "Outputs", "float_bit_keys", "numeric_features", "prepare_outputs"]
+__all__ = ["OutputKind", "Outputs", "float_bit_keys", "prepare_outputs"]
 
 
 class OutputKind(enum.Enum):
@@ -106,7 +106,11 @@ def prepare_outputs(raw: Any, n: int, *, name: str = "sampler") -> Outputs:
         if length != n:
             raise ValueError(f"{name} must return exactly n={n} outputs; got {length}")
         first = next(iter(raw), None)
-        if isinstance(first, int | float | np.number | np.bool_ | bool | np.ndarray | list):
+        # Tuples and lists of numbers (e.g. ``(index, noisy value)``) become a numeric array
+        # (about 2 x 10^6 ten-element tuples per second) instead of opaque hashable keys, so
+        # that their discrete and continuous parts can both be attacked.
+        if isinstance(first, int | float | np.number | np.bool_ | bool | np.ndarray | list
+                      | tuple):
             try:
                 candidate = np.asarray(raw)
             except (TypeError, ValueError):
@@ -307,59 +311,3 @@ def describe_float_key(key: int, *, low_bits: bool, dtype: np.dtype) -> str:
     if pattern >= TRAILING_CAP:
         return f"{where} >= {TRAILING_CAP} trailing zero bits"
     return f"{where} {pattern} trailing zero bits"
-
-
-# --------------------------------------------------------------------------- features
-
-#: Above this many coordinates per output, the classifier uses summary features only.
-MAX_RAW_FEATURES = 1024
-#: Integer outputs whose values span at most this many levels also get value-count features.
-MAX_COUNT_LEVELS = 64
-
-
-def numeric_features(outputs: Outputs, levels: np.ndarray | None = None) -> np.ndarray:
-    """Features of array / structured outputs for the classifier attack: a fixed function.
-
-    The raw flattened output (when it has at most :data:`MAX_RAW_FEATURES` coordinates), plus
-    per-output summaries (sum, mean, standard deviation, min, max) and, for integer outputs over
-    few levels, how many coordinates take each level (permutation-invariant, which is what a
-    shuffled output carries; Balle-Bell-Gascon-Nissim, CRYPTO 2019, Section 2).
-
-    Args:
-        outputs: An ARRAY, STRUCTURED, SCALAR_FLOAT or SCALAR_INT batch.
-        levels: The integer levels to count (chosen once on the selection part); ``None``: none.
-
-    Returns:
-        A float64 matrix with one row per output.
-    """
-    data = outputs.data
-    if outputs.kind is OutputKind.STRUCTURED:
-        cols = []
-        for field in data.dtype.names or ():
-            col = np.asarray(data[field])
-            cols.append(col.reshape(len(data), -1).astype(np.float64))
-        flat = np.concatenate(cols, axis=1)
-    else:
-        flat = data.reshape(len(data), -1).astype(np.float64)
-    flat = np.where(np.isfinite(flat), flat, 0.0)
-    parts = []
-    if flat.shape[1] <= MAX_RAW_FEATURES:
-        parts.append(flat)
-    if flat.shape[1] > 1:
-        parts.append(np.stack([flat.sum(axis=1), flat.mean(axis=1), flat.std(axis=1),
-                               flat.min(axis=1), flat.max(axis=1)], axis=1))
-    if levels is not None and levels.size:
-        ints = data.reshape(len(data), -1)
-        parts.append(np.stack([(ints == lev).sum(axis=1) for lev in levels],
-                              axis=1).astype(np.float64))
-    return np.concatenate(parts, axis=1)
-
-
-def count_levels(outputs: Outputs) -> np.ndarray | None:
-    """The integer levels worth counting per output (few distinct values), else ``None``."""
-    if outputs.kind is not OutputKind.ARRAY or outputs.data.dtype.kind not in "biu":
-        return None
-    values = np.unique(outputs.data)
-    if values.size <= 1 or values.size > MAX_COUNT_LEVELS:
-        return None
-    return values

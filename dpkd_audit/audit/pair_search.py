@@ -1,18 +1,19 @@
 """Neighbouring-pair search for black-box samplers: pilot every pair, confirm the best.
 
-A black box's worst-case pair is unknown. Given candidate inputs, audit every pair (or the pairs
-given) on a small pilot sample, keep the pair with the largest pilot lower bound, and audit it
-again on *fresh* samples. Only the confirmation is reported: the pair is a function of the pilot
-samples, which are independent of the confirmation samples, so the confirmation bound keeps its
-confidence whatever number of pairs was tried (the selection/bound split of
-:mod:`dpkd_audit.audit.auditor`, applied one level up; Ding et al., CCS 2018, Section 4, search
-inputs then test on fresh samples).
+A black box's worst-case pair is unknown. Given candidate inputs and which of them are
+neighbours (the pairs, or a neighbouring relation; every pair only when the caller says so),
+audit every neighbouring pair on a small pilot sample, keep the pair with the largest pilot
+lower bound, and audit it again on *fresh* samples. Only the confirmation is reported: the pair
+is a function of the pilot samples, which are independent of the confirmation samples, so the
+confirmation bound keeps its confidence whatever number of pairs was tried (the
+selection/bound split of :mod:`dpkd_audit.audit.auditor`, applied one level up; Ding et al.,
+CCS 2018, Section 4: search inputs, then test on fresh samples).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,17 +51,19 @@ def search_neighbouring_pair(sampler: Sampler, candidates: Sequence[Any], *, eps
                              delta: float = 0.0, pilot_n: int = 10_000, n: int = 100_000,
                              confidence: float = 0.95, rng: np.random.Generator,
                              pairs: Sequence[tuple[int, int]] | None = None,
-                             attack: Attack = Attack.AUTO
+                             is_neighbour: Callable[[Any, Any], bool] | None = None,
+                             all_pairs: bool = False, attack: Attack | None = None
                              ) -> tuple[tuple[Any, Any], AuditResult]:
     """Find the pair of candidate inputs on which the sampler leaks most, and audit it.
 
-    Every pair (``i < j`` of ``candidates``, or the index pairs in ``pairs``) is audited with
+    The pairs tried are the ones the caller declares neighbouring: the index pairs in ``pairs``,
+    or the pairs ``i < j`` with ``is_neighbour(candidates[i], candidates[j])``; every pair only
+    with ``all_pairs=True`` (the bound is then on the privacy loss between two arbitrary
+    inputs, which is not a DP claim unless they are neighbours). Each is audited with
     ``pilot_n`` outputs per input (both directions are covered by each audit); the pair with the
     largest pilot ``epsilon_lower`` (ties: the larger pilot estimate, then the first) is audited
     again with ``n`` fresh outputs per input. The returned result is the confirmation alone and
-    is valid at level ``confidence`` (see the module docstring). The caller decides whether the
-    pairs are neighbours: the bound is a bound on the sampler's privacy loss between the two
-    inputs returned.
+    is valid at level ``confidence`` (see the module docstring), for this one audit.
 
     Args:
         sampler: ``sampler(x, n, rng)`` returning ``n`` independent outputs.
@@ -71,8 +74,12 @@ def search_neighbouring_pair(sampler: Sampler, candidates: Sequence[Any], *, eps
         n: Outputs per input in the confirmation audit.
         confidence: Confidence of the confirmation bound (and of the pilot bounds), in (0, 1).
         rng: The randomness.
-        pairs: Index pairs to try (default: all pairs).
-        attack: Attack of every audit.
+        pairs: Index pairs of neighbouring candidates to try.
+        is_neighbour: The neighbouring relation, ``is_neighbour(x, x_prime) -> bool`` (instead
+            of ``pairs``).
+        all_pairs: Try every pair of candidates (instead of ``pairs`` / ``is_neighbour``).
+        attack: Attack of every audit (default: the policy of
+            :func:`~dpkd_audit.audit.auditor.resolve_attack`).
 
     Returns:
         ``((x, x_prime), result)``: the chosen candidates (the objects given, in the order of the
@@ -91,8 +98,29 @@ def search_neighbouring_pair(sampler: Sampler, candidates: Sequence[Any], *, eps
     pilot_n = _validate.check_int("pilot_n", pilot_n, minimum=MIN_SAMPLES)
     n = _validate.check_int("n", n, minimum=MIN_SAMPLES)
     rng = _validate.check_generator(rng)
-    tried = (list(itertools.combinations(range(len(items)), 2)) if pairs is None
-             else _check_pairs(pairs, len(items)))
+    declared = [name for name, given in (("pairs", pairs is not None),
+                                         ("is_neighbour", is_neighbour is not None),
+                                         ("all_pairs", all_pairs is True)) if given]
+    if len(declared) != 1:
+        raise ValueError(
+            "declare which candidates are neighbours with exactly one of pairs=[(i, j), ...], "
+            "is_neighbour=callable or all_pairs=True (every pair, non-neighbours included); "
+            f"got {', '.join(declared) if declared else 'none of them'}")
+    if not isinstance(all_pairs, bool):
+        raise ValueError(f"all_pairs must be a bool; got {all_pairs!r}")
+    if pairs is not None:
+        tried = _check_pairs(pairs, len(items))
+    elif is_neighbour is not None:
+        if not callable(is_neighbour):
+            raise ValueError(f"is_neighbour must be callable as is_neighbour(x, x_prime); got "
+                             f"{type(is_neighbour).__name__}")
+        tried = [(i, j) for i, j in itertools.combinations(range(len(items)), 2)
+                 if bool(is_neighbour(items[i], items[j]))]
+        if not tried:
+            raise ValueError("is_neighbour declares no pair of candidates neighbouring; give "
+                             "candidates that include neighbours")
+    else:
+        tried = list(itertools.combinations(range(len(items)), 2))
     best_key: tuple[float, float] | None = None
     best_pair = tried[0]
     for i, j in tried:

@@ -6,7 +6,8 @@ output of 400 entries counts 400), which keeps the run time of large-output mech
 while staying deterministic; the record says how many samples were used.
 
 Textbook floating-point samplers (``Mechanism.floating_point_output``) are audited as
-real-valued designs (``AUTO_REAL``) unless an attack is forced: their float64 outputs carry
+real-valued designs (``AUTO_REAL``, the rule of :func:`~dpkd_audit.audit.auditor.
+resolve_attack`, shared with the API) unless an attack is forced: their float64 outputs carry
 Mironov's (2012) artefacts, which the ``FLOAT_BITS`` attack exposes (see the README).
 """
 
@@ -21,7 +22,8 @@ import numpy as np
 from dpkd_audit import _validate
 from dpkd_audit.audit.attacks import Attack
 from dpkd_audit.audit.auditor import audit_mechanism
-from dpkd_audit.mechanisms import CATALOGUE, Mechanism
+from dpkd_audit.mechanisms import CATALOGUE, example_text
+from dpkd_audit.provenance import provenance
 
 __all__ = ["AuditTarget", "audit_targets", "find_target", "run_audits", "with_epsilon"]
 
@@ -36,8 +38,12 @@ class AuditTarget:
 
 
 def audit_targets(*, include_controls: bool = True) -> list[AuditTarget]:
-    """The package's catalogued mechanisms, then (optionally) the positive controls."""
-    targets = [AuditTarget(name=type(entry.example()).__name__, make=entry.example)
+    """The package's catalogued mechanisms, then (optionally) the positive controls.
+
+    Each catalogued mechanism is audited in its audit configuration
+    (:meth:`~dpkd_audit.mechanisms.CatalogueEntry.audited`), which the record names.
+    """
+    targets = [AuditTarget(name=type(entry.example()).__name__, make=entry.audited)
                for entry in CATALOGUE]
     if include_controls:
         from dpkd_audit.audit import controls
@@ -88,23 +94,20 @@ def run_audits(targets: list[AuditTarget], *, samples: int, confidence: float,
     """Audit each target and yield one JSON-ready record per target."""
     samples = _validate.check_int("samples", samples, minimum=1_000)
     max_values = _validate.check_int("max_values", max_values, minimum=1)
+    origin = provenance()  # which code, libraries and commit produced the records
     for target in targets:
         mechanism = target.make()
         if epsilon is not None:
             mechanism = with_epsilon(mechanism, epsilon)
-        chosen = attack
-        if chosen is None:
-            chosen = (Attack.AUTO_REAL if isinstance(mechanism, Mechanism)
-                      and type(mechanism).floating_point_output else Attack.AUTO)
         n = _samples_within(mechanism, samples, max_values, rng)
-        result = audit_mechanism(mechanism, n=n, confidence=confidence, rng=rng, attack=chosen)
+        result = audit_mechanism(mechanism, n=n, confidence=confidence, rng=rng, attack=attack)
         record = result.to_dict()
         record.update({
             "mechanism": target.name,
             "control": target.control,
             "true_epsilon": getattr(mechanism, "true_epsilon", None),
             "flaw": getattr(mechanism, "flaw", None),
-            "note": ("real-valued design audited (float-bits attack excluded)"
-                     if chosen is Attack.AUTO_REAL else ""),
+            "configuration": example_text(mechanism),
+            "provenance": origin,
         })
         yield record

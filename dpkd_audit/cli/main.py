@@ -78,8 +78,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     budget = args.budget if args.budget is not None else args.epsilon
     if args.ledger:
         output_file(args.ledger, "--ledger")
-    ledger = (Ledger.open(args.ledger) if args.ledger and Path(args.ledger).exists()
-              else Ledger(epsilon=budget, path=args.ledger))
+    if args.ledger and Path(args.ledger).exists():
+        ledger = Ledger.open(args.ledger)
+        # A ledger's budget is part of its identity, fixed when it was created.
+        if args.budget is not None and args.budget != ledger.epsilon:
+            raise ValueError(f"--budget {args.budget:g} differs from the budget epsilon="
+                             f"{ledger.epsilon:g} of the existing ledger {args.ledger} (fixed "
+                             "when it was created): leave out --budget to use it, or give a "
+                             "new --ledger path")
+    else:
+        ledger = Ledger(epsilon=budget, path=args.ledger)
     result = run(config, ledger=ledger, rng=np.random.default_rng(args.seed))
     spent = ledger.spent()
     record = {
@@ -193,8 +201,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
     if args.all == (args.mechanism is not None):
         raise ValueError("give one MECHANISM, or --all (see `dpkd mechanisms` and the README)")
-    if args.all or args.plot:
-        plot_path = output_file(args.plot or "audit.png", "--plot")
+    plot_path = output_file(args.plot, "--plot") if args.plot else None
     targets = audit_targets(include_controls=True) if args.all else [find_target(args.mechanism)]
     attack = Attack(args.attack.replace("-", "_")) if args.attack else None
     rng = np.random.default_rng(args.seed)
@@ -210,15 +217,21 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     else:
         print(audit_markdown_table(records))
         for r in records:
-            if r.get("note") or r.get("flaw"):
-                print(f"- {r['mechanism']}: {r.get('flaw') or r['note']}")
-    if args.all or args.plot:
+            if r.get("flaw"):
+                print(f"- {r['mechanism']}: {r['flaw']}")
+        print(f"attack policy: {records[0]['policy']}" if len(records) == 1 else
+              "attack policy per mechanism: see --json (auto_real for textbook float samplers)")
+    if plot_path is not None:
         path = plot_audit(records, plot_path,
                           title=f"Claimed vs empirical epsilon ({args.confidence:.0%} lower "
-                                f"bounds)")
+                                f"bounds, each valid for its own audit)")
         if not args.json:
             print(f"plot: {path}")
-    return 0
+    # Exit status 1 on a violation, for CI gating: a single audited mechanism, or any package
+    # mechanism of --all (the positive controls are broken on purpose; their violations are
+    # the expected result).
+    gating = records if not args.all else [r for r in records if not r["control"]]
+    return 1 if any(r["verdict"] == "violation" for r in gating) else 0
 
 
 def _progress(total: int, *, enabled: bool):
@@ -272,12 +285,20 @@ def _plan_kinds():
     return list(PlanKind)
 
 
+def _version() -> str:
+    """The installed package's version (its metadata), as ``dpkd --version`` prints it."""
+    from dpkd_audit.provenance import package_version
+
+    return package_version() or "(not installed: no package metadata)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``dpkd`` (one sub-parser per subcommand)."""
     parser = argparse.ArgumentParser(
         prog="dpkd",
         description="Differential-privacy accounting and mechanism auditing for private "
                     "knowledge distillation.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -290,7 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of split, k-means and noise")
     p.add_argument("--ledger", help="SQLite ledger file (created if missing; resumed if present)")
     p.add_argument("--budget", type=_positive_float,
-                   help="budget epsilon of a new ledger (default: --epsilon)")
+                   help="budget epsilon of a new ledger (default: --epsilon); an existing "
+                        "ledger keeps its own, and a different --budget is refused")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_demo)
 
@@ -324,12 +346,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "audit", help="empirical lower bound on a mechanism's epsilon (or --all of them)",
         description="Audit a mechanism on its worst-case neighbouring pair: a lower bound on "
-                    "epsilon valid at the stated confidence, and a verdict against the claim.")
+                    "epsilon valid at the stated confidence, and a verdict against the claim "
+                    "(violation, consistent, or inconclusive when the bound shows no power). "
+                    "Exit status: 0 no violation, 1 a violation, 2 bad input.")
     p.add_argument("mechanism", nargs="?",
                    help="mechanism or positive control class name (e.g. Laplace, "
                         "HalfNoiseLaplace); see `dpkd mechanisms`")
     p.add_argument("--all", action="store_true",
-                   help="audit every package mechanism and positive control; writes a plot")
+                   help="audit every package mechanism and positive control (exit status 1 "
+                        "only if a package mechanism is violated)")
     p.add_argument("--epsilon", type=_positive_float, help="claimed epsilon to audit")
     p.add_argument("--samples", type=int, default=100_000,
                    help="samples per side (default 1e5; capped per mechanism by --max-values)")
@@ -339,10 +364,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 5e6)")
     p.add_argument("--confidence", type=float, default=0.95, help="confidence (default 0.95)")
     p.add_argument("--attack", choices=["auto", "auto-real", "threshold", "histogram",
-                                        "classifier", "float-bits"],
-                   help="force an attack (default: auto; auto-real for textbook float samplers)")
+                                        "classifier", "coordinate", "float-bits"],
+                   help="force an attack (default: auto-real for textbook float samplers, "
+                        "auto for the others; the result says which ran and why)")
     p.add_argument("--seed", type=int, default=0, help="seed of the audit's randomness")
-    p.add_argument("--plot", help="PNG path of the plot (default audit.png with --all)")
+    p.add_argument("--plot", help="write a PNG plot of the results to this path")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_audit)
 

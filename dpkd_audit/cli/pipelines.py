@@ -1,22 +1,75 @@
-"""``dpkd run METHOD`` and ``dpkd sweep METHOD``: pipeline runs that write result records."""
+"""``dpkd run METHOD``, ``dpkd sweep METHOD`` and ``dpkd results``: result records.
+
+``run`` and ``sweep`` write records (each with its provenance: package version, git commit,
+time, library versions); ``results`` renders records as the Markdown the README shows.
+"""
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dpkd_audit.cli.paths import output_dir, output_file
 
-__all__ = ["add_pipeline_parsers"]
+__all__ = ["add_pipeline_parsers", "clusters_help", "write_sweep_report"]
 
 _DATASETS = ["digits", "mnist", "fashion-mnist"]
 _MODES = ["central", "local-rr", "local-collision", "shuffle", "shuffle-multi"]
 _REPRESENTATIONS = ["pca", "hog", "hog-pca", "encoder"]
+
+
+class _LazyHelp(str):
+    """A help text computed only when help is shown; the string itself is a short fallback.
+
+    The defaults of ``--clusters`` are read off the presets, which live beside torch; computing
+    them when the parser is built would import torch for every ``dpkd`` command.
+    """
+
+    compute: Callable[[], str]
+
+    def __new__(cls, fallback: str, compute: Callable[[], str]) -> _LazyHelp:
+        text = super().__new__(cls, fallback)
+        text.compute = compute
+        return text
+
+
+class _LazyHelpFormatter(argparse.HelpFormatter):
+    """Shows a :class:`_LazyHelp` as the text it computes."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if isinstance(action.help, _LazyHelp):
+            action = copy.copy(action)
+            action.help = action.help.compute().replace("%", "%%")
+        return super()._format_action(action)
+
+
+def clusters_help() -> str:
+    """Help of ``--clusters``: the default number of queries of every preset and dataset.
+
+    Read off :meth:`~dpkd_audit.pipelines.rknn.RknnConfig.preset_config`, so it cannot drift
+    from the code.
+    """
+    from dpkd_audit.pipelines.rknn import Preset, RknnConfig
+
+    parts = []
+    for preset in Preset:
+        by_value: dict[int, list[str]] = {}
+        for dataset in _DATASETS:
+            clusters = RknnConfig.preset_config(preset, dataset=dataset).clusters
+            by_value.setdefault(clusters, []).append(dataset)
+        if len(by_value) == 1:
+            parts.append(f"--preset {preset.value}: {next(iter(by_value))}")
+        else:
+            parts.append(f"--preset {preset.value}: " + ", ".join(
+                f"{value} for {' and '.join(datasets)}" for value, datasets in by_value.items()))
+    return "number of queries s (default: " + "; ".join(parts) + ")"
 
 
 def _command(argv: list[str]) -> str:
@@ -104,10 +157,18 @@ def _summary(record: dict[str, Any]) -> str:
 
 def _cmd_run_rknn(args: argparse.Namespace) -> int:
     from dpkd_audit.ledger import Ledger
-    from dpkd_audit.pipelines.rknn import check_configs, ledger_for, release_rng, run
+    from dpkd_audit.pipelines.rknn import (
+        check_configs,
+        ledger_for,
+        release_rng,
+        run,
+        splits_key,
+    )
+    from dpkd_audit.provenance import provenance
 
     config = _rknn_config(args, epsilon=args.epsilon, mode=args.mode)
-    check_configs([config], data_dir=args.data_dir)  # before anything is written
+    # before anything is written; the data loaded here is the run's (loaded once)
+    checked = check_configs([config], data_dir=args.data_dir, progress=not args.quiet)
     out = _out_dir(args.out)
     if args.ledger:
         output_file(args.ledger, "--ledger")
@@ -117,9 +178,9 @@ def _cmd_run_rknn(args: argparse.Namespace) -> int:
         ledger = ledger_for(config)
     command = _command(args.argv)
     _write_json(out / "config.json", {"command": command, "argv": args.argv,
-                                      "config": config.to_dict()})
+                                      "config": config.to_dict(), "provenance": provenance()})
     result = run(config, ledger=ledger, rng=release_rng(config), device=args.device,
-                 data_dir=args.data_dir, progress=not args.quiet)
+                 splits=checked[splits_key(config)], progress=not args.quiet)
     record = result.to_record(command=command)
     _write_json(out / "result.json", record)
     if args.json:
@@ -143,13 +204,17 @@ def _done_keys(path: Path) -> set[tuple[str, float, int]]:
 
 def _cmd_sweep_rknn(args: argparse.Namespace) -> int:
     from dpkd_audit.pipelines.rknn import check_configs, sweep, sweep_configs
-    from dpkd_audit.reports.accuracy import load_records, plot_accuracy, sweep_readme
+    from dpkd_audit.provenance import provenance
 
     base = _rknn_config(args, epsilon=args.epsilons[0], mode=args.modes[0])
     configs = sweep_configs(base, epsilons=args.epsilons, modes=args.modes, seeds=args.seeds)
-    check_configs(configs, data_dir=args.data_dir)  # every point, before anything is written
+    results_path = Path(args.out) / "results.jsonl"
+    if results_path.exists() and not (args.resume or args.force):
+        raise ValueError(f"{results_path} exists: pass --resume to keep it and add the missing "
+                         "runs, or --force to overwrite it")
+    # every point, before anything is written; the data loaded here is the sweep's
+    checked = check_configs(configs, data_dir=args.data_dir, progress=not args.quiet)
     out = _out_dir(args.out)
-    results_path = out / "results.jsonl"
     command = _command(args.argv)
     if args.resume:
         done = _done_keys(results_path)
@@ -157,25 +222,41 @@ def _cmd_sweep_rknn(args: argparse.Namespace) -> int:
     elif results_path.exists():
         results_path.unlink()
     _write_json(out / "sweep.json", {"command": command, "argv": args.argv,
-                                     "base_config": base.to_dict()})
+                                     "base_config": base.to_dict(),
+                                     "provenance": provenance()})
     if configs:
-        for result in sweep(configs, device=args.device, data_dir=args.data_dir,
+        for result in sweep(configs, device=args.device, checked=checked,
                             progress=not args.quiet):
             record = result.to_record(command=command)
             with results_path.open("a") as fh:
                 fh.write(json.dumps(record, allow_nan=False) + "\n")
             print(_summary(record), flush=True)
-    records = load_records(results_path)
+    plot, readme = write_sweep_report(out, command=command, dataset=args.dataset)
+    print(f"wrote {results_path}, {plot}, {readme}")
+    return 0
+
+
+def write_sweep_report(out: Path, *, command: str, dataset: str) -> tuple[Path, Path]:
+    """Write ``OUT/accuracy.png`` and ``OUT/README.md`` of a sweep from ``OUT/results.jsonl``.
+
+    Built from the saved records alone (so a committed sweep's page can be rebuilt without
+    rerunning it).
+
+    Returns:
+        The paths of the plot and of the page.
+    """
+    from dpkd_audit.reports.accuracy import load_records, plot_accuracy, sweep_readme
+
+    records = load_records(out / "results.jsonl")
     plot = plot_accuracy(records, out / "accuracy.png",
-                         title=f"Reverse k-NN on {args.dataset}: accuracy vs epsilon",
+                         title=f"Reverse k-NN on {dataset}: accuracy vs epsilon",
                          show_label_accuracy=True)
     readme = sweep_readme(records, command=command,
-                          title=f"Reverse k-NN labelling on {args.dataset}", plot_name=plot.name)
+                          title=f"Reverse k-NN labelling on {dataset}", plot_name=plot.name)
     readme += ("\nEach run is a separate experiment with its own budget (a fresh ledger); "
                "releasing all of them on the same private data would compose.\n")
     (out / "README.md").write_text(readme)
-    print(f"wrote {results_path}, {plot}, {out / 'README.md'}")
-    return 0
+    return plot, out / "README.md"
 
 
 def _add_rknn_arguments(p: argparse.ArgumentParser) -> None:
@@ -183,8 +264,8 @@ def _add_rknn_arguments(p: argparse.ArgumentParser) -> None:
                    help="dataset (default digits, embedded; mnist / fashion-mnist need the idx "
                         "files: --data-dir or DPKD_DATA_DIR)")
     p.add_argument("--data-dir", help="directory holding the dataset's idx files")
-    p.add_argument("--clusters", type=int,
-                   help="number of queries s (default: 100 for --preset small, 40 for paper)")
+    p.add_argument("--clusters", type=int, help=_LazyHelp(
+        "number of queries s (default: set by --preset and --dataset)", clusters_help))
     p.add_argument("--k", type=int, default=1, help="nearest queries per record (default 1)")
     p.add_argument("--delta", type=float,
                    help="target delta (shuffle modes only; default 1e-5)")
@@ -215,6 +296,7 @@ def add_pipeline_parsers(sub: argparse._SubParsersAction) -> None:
     methods.required = True
     p = methods.add_parser(
         "rknn", help="reverse k-NN private labelling + student",
+        formatter_class=_LazyHelpFormatter,
         description="Reverse k-NN private labelling (representation on public data, k-means "
                     "queries, private votes released under the chosen model, student CNN). "
                     "Writes OUT/result.json and OUT/config.json.")
@@ -233,19 +315,43 @@ def add_pipeline_parsers(sub: argparse._SubParsersAction) -> None:
     methods.required = True
     p = methods.add_parser(
         "rknn", help="reverse k-NN over epsilons x modes x seeds",
+        formatter_class=_LazyHelpFormatter,
         description="Runs reverse k-NN for every (seed, mode, epsilon), reusing the "
                     "representation and queries; each run has its own budget. Writes "
                     "OUT/results.jsonl, OUT/accuracy.png (paper numbers as stars) and "
-                    "OUT/README.md.")
+                    "OUT/README.md. An existing OUT/results.jsonl is refused before any work "
+                    "unless --resume or --force is given.")
     p.add_argument("--epsilons", type=_float_list, required=True,
                    help="comma-separated target epsilons, e.g. 0.01,0.04,0.1,1")
     p.add_argument("--modes", type=_mode_list, default=["central"],
                    help="comma-separated release models (default central)")
     p.add_argument("--seeds", type=_int_list, default=[0], help="comma-separated seeds")
-    p.add_argument("--resume", action="store_true",
-                   help="keep OUT/results.jsonl and skip the runs already in it")
+    existing = p.add_mutually_exclusive_group()
+    existing.add_argument("--resume", action="store_true",
+                          help="keep OUT/results.jsonl and skip the runs already in it")
+    existing.add_argument("--force", action="store_true",
+                          help="overwrite OUT/results.jsonl (without --resume or --force, an "
+                               "existing one is refused before any work)")
     _add_rknn_arguments(p)
     p.set_defaults(func=_cmd_sweep_rknn, seed=0)
+
+    p = sub.add_parser(
+        "results", help="Markdown results table of saved records (the README's results section)",
+        description="Reads result records (results.jsonl of a sweep, result.json of a run, or "
+                    "folders holding them) and prints one Markdown table with what its columns "
+                    "mean, the label accuracy without noise, and a link to each folder with the "
+                    "provenance of its records. The README's results section is this output "
+                    "for reports/rknn/*/ (a test keeps them equal).")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="result files (.jsonl, .json) or folders holding results.jsonl")
+    p.set_defaults(func=_cmd_results)
+
+
+def _cmd_results(args: argparse.Namespace) -> int:
+    from dpkd_audit.reports.accuracy import results_overview
+
+    print(results_overview(args.paths), end="")
+    return 0
 
 
 def argv_or_default(argv: list[str] | None) -> list[str]:

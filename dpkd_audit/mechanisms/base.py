@@ -19,6 +19,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -29,7 +30,7 @@ from dpkd_audit import _validate
 if TYPE_CHECKING:  # pragma: no cover
     from dpkd_audit.ledger import Ledger
 
-__all__ = ["Guarantee", "Mechanism", "Norm", "Sensitivity"]
+__all__ = ["AuditView", "Guarantee", "Mechanism", "Norm", "Sensitivity"]
 
 
 class Norm(enum.Enum):
@@ -98,6 +99,25 @@ def coerce_sensitivity(value: Any, norm: Norm, *, integer: bool = False) -> Sens
     return Sensitivity(value=_validate.check_positive("sensitivity", value), norm=norm)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class AuditView:
+    """A public, fixed reduction of a mechanism's outputs for auditing one neighbouring pair.
+
+    Post-processing: an event on ``apply(outputs)`` is an event on the outputs, so a lower
+    bound computed on the view is a lower bound for the mechanism. A view only adds power where
+    the raw outputs hide what separates the pair from a black-box attack (a report whose meaning
+    depends on a public hash seed; a shuffled multiset).
+
+    Attributes:
+        description: What the view keeps, for the audit record.
+        apply: Maps a batch of outputs (``sample``'s return value) to an array, one row per
+            output.
+    """
+
+    description: str
+    apply: Callable[[Any], np.ndarray]
+
+
 class Mechanism(abc.ABC):
     """Abstract base of all mechanisms (concrete ones are frozen keyword-only dataclasses)."""
 
@@ -145,6 +165,13 @@ class Mechanism(abc.ABC):
     @abc.abstractmethod
     def neighbours(self) -> tuple[Any, Any]:
         """A worst-case pair of neighbouring inputs (for auditing)."""
+
+    def audit_view(self, x: Any, x_prime: Any) -> AuditView | None:
+        """A reduction of the outputs that keeps what separates ``x`` from ``x_prime``, if any.
+
+        Default ``None``: the auditor attacks the raw outputs.
+        """
+        return None
 
     def _values_per_output(self, value: Any) -> int:
         """Values drawn or returned per output on the validated ``value`` (for the size cap).

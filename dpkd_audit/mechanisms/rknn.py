@@ -44,7 +44,7 @@ from dp_accounting import dp_event as _dp
 from dpkd_audit import _validate
 from dpkd_audit.events import BitRandomizedResponseDpEvent, CollisionDpEvent
 from dpkd_audit.mechanisms import samplers
-from dpkd_audit.mechanisms.base import Mechanism, Norm, Sensitivity
+from dpkd_audit.mechanisms.base import AuditView, Mechanism, Norm, Sensitivity
 from dpkd_audit.mechanisms.continuous import Laplace
 from dpkd_audit.mechanisms.discrete import DiscreteLaplace
 
@@ -970,6 +970,25 @@ class Collision(Mechanism):
         """Two index sets of size c, disjoint when ``2c <= d`` (first c vs last c items)."""
         c, d = self.cardinality, self.domain_size
         return np.arange(c, dtype=np.int64), np.arange(d - c, d, dtype=np.int64)
+
+    def audit_view(self, x: Any, x_prime: Any) -> AuditView:
+        """Whether each report's ``z`` lies in ``H_seed(x)`` and in ``H_seed(x')``.
+
+        The report's meaning depends on its public seed: a black-box attack sees (seed, z)
+        pairs that never repeat. The two membership bits are what the likelihood ratio of the
+        pair depends on (Wang et al. IJCAI 2021: the report is ``z`` in ``H(V)`` with boosted
+        probability).
+        """
+        sets = [self._check_value(x), self._check_value(x_prime)]
+        length = self.bloom_length
+
+        def apply(reports: Any) -> np.ndarray:
+            seeds, z = reports["seed"], reports["z"]
+            bits = [np.any(collision_hash(seeds[:, None], v[None, :], length) == z[:, None],
+                           axis=1) for v in sets]
+            return np.stack(bits, axis=1).astype(np.int64)
+
+        return AuditView(description="z in H_seed(x), z in H_seed(x')", apply=apply)
 
 
 def _draw_seeds(n: int, rng: np.random.Generator) -> np.ndarray:

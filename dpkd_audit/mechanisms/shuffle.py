@@ -28,7 +28,7 @@ from scipy import signal, stats
 from dpkd_audit import _validate
 from dpkd_audit._shuffle_math import numerical_epsilon
 from dpkd_audit.events import ShuffledHistogramDpEvent, ShuffledLocalDpEvent
-from dpkd_audit.mechanisms.base import Mechanism, Norm, Sensitivity
+from dpkd_audit.mechanisms.base import AuditView, Mechanism, Norm, Sensitivity
 
 __all__ = [
     "ShuffledHistogram",
@@ -208,6 +208,34 @@ class ShuffledRandomizer(Mechanism):
         second = first.copy()
         second[0] = np.asarray(x1)
         return first, second
+
+    def audit_view(self, x: Any, x_prime: Any) -> AuditView | None:
+        """How many reports take each value: the shuffled multiset, without its order.
+
+        The multiset is all an analyzer learns (Balle-Bell-Gascon-Nissim, CRYPTO 2019, Sec. 2),
+        and its counts are a sufficient statistic of it. Integer reports (randomized response)
+        are counted per category; reports with a view of their own (Collision) are reduced by
+        the local view of the differing user's two inputs, and the rows are summed.
+        """
+        x0, x1 = self.local.neighbours()
+        local_view = self.local.audit_view(x0, x1)
+        users = self.num_users
+        categories = getattr(self.local, "num_classes", None)
+        if local_view is None and categories is None:
+            return None
+
+        def apply(outputs: Any) -> np.ndarray:
+            outputs = np.asarray(outputs)
+            if local_view is not None:
+                flat = outputs.reshape(outputs.shape[0] * users, *outputs.shape[2:])
+                bits = np.asarray(local_view.apply(flat))
+                return bits.reshape(outputs.shape[0], users, -1).sum(axis=1)
+            return np.stack([(outputs == c).sum(axis=1) for c in range(int(categories))],
+                            axis=1)
+
+        what = (f"counts of ({local_view.description}) over the users" if local_view
+                else "counts of each category over the users")
+        return AuditView(description=what, apply=apply)
 
     # ------------------------------------------------------------------ server side
     def histogram(self, reports: Any, num_categories: int | None = None) -> np.ndarray:

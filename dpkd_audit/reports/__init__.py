@@ -5,6 +5,7 @@ only, so they can be regenerated from committed ``results.jsonl`` files.
 """
 
 from dpkd_audit.reports.accuracy import (
+    PARTIAL_SECONDS_MARK,
     REQUIRED_KEYS,
     SETUP_KEYS,
     TABLE_COLUMNS,
@@ -13,6 +14,8 @@ from dpkd_audit.reports.accuracy import (
     load_records,
     markdown_table,
     plot_accuracy,
+    results_overview,
+    seconds_note,
     sweep_readme,
     validate_record,
 )
@@ -21,6 +24,7 @@ from dpkd_audit.reports.references import PAPER_REFERENCES, PaperReference, refe
 
 __all__ = [
     "PAPER_REFERENCES",
+    "PARTIAL_SECONDS_MARK",
     "REQUIRED_KEYS",
     "SETUP_KEYS",
     "TABLE_COLUMNS",
@@ -33,6 +37,8 @@ __all__ = [
     "plot_accuracy",
     "plot_audit",
     "references_for",
+    "results_overview",
+    "seconds_note",
     "sweep_readme",
     "validate_record",
 ]

@@ -3,7 +3,8 @@
 A pipeline run writes one JSON record; a sweep writes ``results.jsonl`` (one record per line).
 This module reads them back (:func:`load_records`), plots accuracy against the target epsilon
 with the papers' numbers as reference markers (:func:`plot_accuracy`, :func:`accuracy_figure`)
-and writes Markdown (:func:`markdown_table`, :func:`sweep_readme`). It never imports the
+and writes Markdown (:func:`markdown_table`, :func:`sweep_readme`, and
+:func:`results_overview` for the README's results section). It never imports the
 pipelines or torch: everything comes from the records.
 
 Record keys (see the shared ARCHITECTURE "Pipelines"):
@@ -16,7 +17,11 @@ Record keys (see the shared ARCHITECTURE "Pipelines"):
   or JSON ``null``, since strict JSON has no infinity: **null means infinite (not DP)** for this
   key only), ``delta`` (in [0, 1)), ``clusters``, ``k`` (integers >= 1), ``seed`` (integer),
   ``representation``, ``preset``, ``device`` (strings), ``seconds`` (a number, or a mapping of
-  stage to seconds whose ``"total"`` is used; without ``"total"``, the sum of the stages).
+  stage to seconds whose ``"total"`` is used; without ``"total"``, the sum of the stages),
+  ``shared_stages`` (stages measured once and shared by the runs of a sweep, counted in each)
+  and ``provenance`` (package version, git commit, time, library versions: see
+  :mod:`dpkd_audit.provenance`); records written before these keys existed are shown with
+  what they have.
 
 Runs are aggregated over seeds: records that agree on method, dataset, mode, the setup keys
 (:data:`SETUP_KEYS`) and the target epsilon form one point / one table row, shown as the mean
@@ -48,6 +53,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "PARTIAL_SECONDS_MARK",
     "REQUIRED_KEYS",
     "SETUP_KEYS",
     "TABLE_COLUMNS",
@@ -56,6 +62,8 @@ __all__ = [
     "load_records",
     "markdown_table",
     "plot_accuracy",
+    "results_overview",
+    "seconds_note",
     "sweep_readme",
     "validate_record",
 ]
@@ -334,10 +342,11 @@ def _devices(records: Iterable[Mapping[str, Any]]) -> list[str]:
 
 
 def _default_references(records: Sequence[Mapping[str, Any]]) -> list[PaperReference]:
-    pairs = sorted({(str(r["method"]), str(r["dataset"])) for r in records})
+    """The :data:`PAPER_REFERENCES` of the (method, dataset, mode) triples in ``records``."""
+    triples = sorted({(str(r["method"]), str(r["dataset"]), str(r["mode"])) for r in records})
     refs: list[PaperReference] = []
-    for method, dataset in pairs:
-        refs.extend(ref for ref in references_for(method, dataset) if ref not in refs)
+    for method, dataset, mode in triples:
+        refs.extend(ref for ref in references_for(method, dataset, mode=mode) if ref not in refs)
     return refs
 
 
@@ -357,6 +366,52 @@ def _check_references(references: Any) -> list[PaperReference]:
 # Plot
 # --------------------------------------------------------------------------------------------
 
+#: Marker shapes, one per series, so that series stay apart where their points coincide.
+_MARKERS: tuple[str, ...] = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+#: Line styles of a mode's setups (first setup solid); label-accuracy curves are dashed.
+_SETUP_LINESTYLES: tuple[Any, ...] = ("-", "-.", ":", (0, (5, 1, 1, 1, 1, 1)))
+#: Largest offset between neighbouring series along x, in decades (0.02: 4.7% of epsilon).
+_DODGE_DECADES = 0.02
+
+
+def _fmt_list(values: Iterable[float]) -> str:
+    return ", ".join(_fmt_eps(v) for v in values)
+
+
+def _paper_label(triple: tuple[str, str, str], drawn: Sequence[PaperReference],
+                 ours: set[int]) -> str:
+    """Legend label of a paper group, naming the paper's s where it differs from ours."""
+    label = "paper: " + " ".join(triple)
+    by_clusters: dict[int, list[float]] = {}
+    for ref in sorted(drawn, key=lambda r: r.epsilon):
+        if ref.clusters is not None:
+            by_clusters.setdefault(ref.clusters, []).append(ref.epsilon)
+    if not by_clusters or set(by_clusters) == ours:
+        return label
+    if len(by_clusters) == 1:
+        paper = f"s={next(iter(by_clusters))}"
+    else:
+        paper = ", ".join(f"s={s} at eps {_fmt_list(eps)}"
+                          for s, eps in sorted(by_clusters.items(), key=lambda kv: kv[1][0]))
+    mine = f"; ours s={', '.join(str(s) for s in sorted(ours))}" if ours else ""
+    return f"{label} ({paper}{mine})"
+
+
+def _dodge_factors(xs_by_series: Mapping[tuple[Any, ...], set[float]],
+                   ) -> dict[tuple[Any, ...], float]:
+    """Multiplicative x offsets for the series that share an epsilon with another series."""
+    counts: dict[float, int] = {}
+    for xs in xs_by_series.values():
+        for x in xs:
+            counts[x] = counts.get(x, 0) + 1
+    crowded = [key for key, xs in xs_by_series.items() if any(counts[x] > 1 for x in xs)]
+    n = len(crowded)
+    if n < 2:
+        return {}
+    step = min(_DODGE_DECADES, 0.1 / (n - 1))  # the whole spread stays within 0.1 decade
+    return {key: 10.0 ** (step * (i - (n - 1) / 2)) for i, key in enumerate(crowded)}
+
+
 def accuracy_figure(records: Sequence[Mapping[str, Any]], *,
                     references: Sequence[PaperReference] | None = None,
                     title: str | None = None,
@@ -366,16 +421,27 @@ def accuracy_figure(records: Sequence[Mapping[str, Any]], *,
 
     x is the target epsilon (log scale), y the accuracy in %. Each series (one per method,
     dataset, mode and setup, see :data:`SETUP_KEYS`; the legend names the setup keys that vary)
-    is a solid line with round markers through its epsilons in increasing order; where several
-    runs (seeds) share an epsilon, the marker is their mean and an error bar spans min to max.
-    Paper references are hollow stars, one legend entry ``"paper: METHOD DATASET MODE"`` per
-    group, in the colour of the matching series. A footnote names the device when all records
-    share one (the devices otherwise).
+    is a line through its epsilons in increasing order; where several runs (seeds) share an
+    epsilon, the marker is their mean and an error bar spans min to max.
+
+    * **Colour**: one per (method, dataset, mode), shared by its series, its label-accuracy
+      curve and its paper markers.
+    * **Telling series apart**: every series has its own marker shape; a mode's setups after
+      the first get their own line style (label-accuracy curves are dashed); series that share
+      an epsilon with another series are offset along x by a few percent of epsilon (at most
+      0.1 decade in all), so that coinciding points stay visible. A footnote says so.
+    * **Paper references**: hollow stars at their exact epsilon, one legend entry per group,
+      ``"paper: METHOD DATASET MODE"``; where the paper's number of queries s differs from the
+      records' it is named: ``"paper: rknn mnist central (s=10 at eps 0.01, s=40 at eps 0.04,
+      0.1; ours s=100)"``.
+
+    A footnote names the device when all records share one (the devices otherwise).
 
     Args:
         records: Result records (validated with :func:`validate_record`).
         references: Paper references to draw; ``None`` draws the :data:`PAPER_REFERENCES` of
-            every (method, dataset) in ``records``; an empty sequence draws none.
+            the (method, dataset, mode) triples in ``records`` (no marker for a mode the records
+            do not have); an empty sequence draws none; given ones are all drawn.
         title: Figure title (default ``"Test accuracy vs epsilon (DATASETS)"``).
         metric: The accuracy on the y axis (:class:`Metric` or its value).
         show_label_accuracy: Also draw the label accuracy of each series as a dashed line (when
@@ -409,67 +475,80 @@ def accuracy_figure(records: Sequence[Mapping[str, Any]], *,
         series.setdefault(p.series, []).append(p)
 
     palette = list(colormaps["tab10"].colors)
-    colors: dict[tuple[Any, ...], Any] = {}
     triple_colors: dict[tuple[str, str, str], Any] = {}
 
-    def color_for(key: tuple[Any, ...], triple: tuple[str, str, str]) -> Any:
-        if key not in colors:
-            colors[key] = palette[len(colors) % len(palette)]
-            triple_colors.setdefault(triple, colors[key])
-        return colors[key]
+    def color_for(triple: tuple[str, str, str]) -> Any:
+        if triple not in triple_colors:
+            triple_colors[triple] = palette[len(triple_colors) % len(palette)]
+        return triple_colors[triple]
+
+    curves = [(metric, None, "")]
+    if show_label_accuracy and metric is not Metric.LABEL_ACCURACY:
+        curves.append((Metric.LABEL_ACCURACY, "--", " (label acc)"))
+
+    def curve_points(pts: Sequence[_Point], curve_metric: Metric) -> list[tuple[float, list]]:
+        return [(p.epsilon, values) for p in pts if (values := p.values(curve_metric.value))]
+
+    dodge = _dodge_factors({key: {x for x, _ in curve_points(pts, metric)}
+                            for key, pts in series.items()})
+    setup_index: dict[tuple[Any, ...], int] = {}
+    triple_setups: dict[tuple[str, str, str], int] = {}
+    for key, pts in series.items():
+        triple = pts[0].triple
+        setup_index[key] = triple_setups.get(triple, 0)
+        triple_setups[triple] = setup_index[key] + 1
 
     fig = Figure(figsize=(7.5, 5.0))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     handles: list[Any] = []  # legend entries in drawing order (series first, then papers)
     any_spread = False
-    curves = [(metric, "-", "o", "")]
-    if show_label_accuracy and metric is not Metric.LABEL_ACCURACY:
-        curves.append((Metric.LABEL_ACCURACY, "--", "s", " (label acc)"))
-    for key, pts in series.items():
+    ours_clusters: dict[tuple[str, str, str], set[int]] = {}
+    for index, (key, pts) in enumerate(series.items()):
         triple = pts[0].triple
+        ours_clusters.setdefault(triple, set()).update(
+            int(r["clusters"]) for p in pts for r in p.records if r.get("clusters") is not None)
         name = " ".join(triple)
         setup = _setup_label(pts[0].setup, varying[triple])
         if setup:
             name = f"{name} [{setup}]"
-        for curve_metric, linestyle, marker, suffix in curves:
-            xs, ys, lo, hi = [], [], [], []
-            for p in pts:
-                values = p.values(curve_metric.value)
-                if not values:
-                    continue
-                mean = 100.0 * sum(values) / len(values)
-                xs.append(p.epsilon)
-                ys.append(mean)
-                lo.append(mean - 100.0 * min(values))
-                hi.append(100.0 * max(values) - mean)
-            if not xs:
+        marker = _MARKERS[index % len(_MARKERS)]
+        factor = dodge.get(key, 1.0)
+        for curve_metric, linestyle, suffix in curves:
+            drawn = curve_points(pts, curve_metric)
+            if not drawn:
                 continue
-            color = color_for(key, triple)
-            label = name + suffix
+            xs = [x * factor for x, _ in drawn]
+            ys = [100.0 * sum(v) / len(v) for _, v in drawn]
+            lo = [y - 100.0 * min(v) for y, (_, v) in zip(ys, drawn, strict=True)]
+            hi = [100.0 * max(v) - y for y, (_, v) in zip(ys, drawn, strict=True)]
+            style = dict(color=color_for(triple), marker=marker, markersize=6,
+                         linestyle=linestyle or _SETUP_LINESTYLES[
+                             setup_index[key] % len(_SETUP_LINESTYLES)],
+                         markerfacecolor="none" if linestyle else color_for(triple),
+                         label=name + suffix)
             if any(lo) or any(hi) or any(len(p.records) > 1 for p in pts):
                 any_spread = True
-                handles.append(ax.errorbar(xs, ys, yerr=[lo, hi], color=color,
-                                           linestyle=linestyle, marker=marker, markersize=5,
-                                           capsize=3, label=label))
+                handles.append(ax.errorbar(xs, ys, yerr=[lo, hi], capsize=3, **style))
             else:
-                handles.extend(ax.plot(xs, ys, color=color, linestyle=linestyle, marker=marker,
-                                       markersize=5, label=label))
+                handles.extend(ax.plot(xs, ys, **style))
 
+    any_paper = False
     ref_groups: dict[tuple[str, str, str], list[PaperReference]] = {}
     for ref in refs:
         ref_groups.setdefault((ref.method, ref.dataset, ref.mode), []).append(ref)
     for triple, group in ref_groups.items():
-        pairs = sorted((ref.epsilon, getattr(ref, metric.value, None)) for ref in group
-                       if getattr(ref, metric.value, None) is not None)
-        if not pairs:
+        drawn_refs = sorted((ref for ref in group if getattr(ref, metric.value, None) is not None),
+                            key=lambda ref: ref.epsilon)
+        if not drawn_refs:
             continue
-        if triple not in triple_colors:
-            triple_colors[triple] = color_for(("paper", *triple), triple)
+        any_paper = True
         handles.extend(ax.plot(
-            [e for e, _ in pairs], [100.0 * a for _, a in pairs], linestyle="none", marker="*",
-            markersize=15, markerfacecolor="none", markeredgewidth=1.5,
-            markeredgecolor=triple_colors[triple], label="paper: " + " ".join(triple),
+            [ref.epsilon for ref in drawn_refs],
+            [100.0 * getattr(ref, metric.value) for ref in drawn_refs], linestyle="none",
+            marker="*", markersize=15, markerfacecolor="none", markeredgewidth=1.5,
+            markeredgecolor=color_for(triple), color=color_for(triple),
+            label=_paper_label(triple, drawn_refs, ours_clusters.get(triple, set())),
             zorder=4))
     if not handles:
         raise ValueError(f"no record and no reference has a value for metric {metric.value!r}")
@@ -490,6 +569,10 @@ def accuracy_figure(records: Sequence[Mapping[str, Any]], *,
         notes.append(f"devices: {'; '.join(devices)}")
     if any_spread:
         notes.append("markers: mean over seeds; bars: min to max")
+    if dodge:
+        notes.append(f"series sharing an epsilon are offset along x (by at most "
+                     f"{100.0 * (max(dodge.values()) - 1.0):.1f}%) to stay visible"
+                     + ("; stars at the paper's epsilon" if any_paper else ""))
     if notes:
         fig.text(0.01, 0.01, "   ".join(notes), fontsize=7, ha="left", va="bottom")
     fig.tight_layout(rect=(0.0, 0.03 if notes else 0.0, 1.0, 1.0))
@@ -584,6 +667,29 @@ def _paper_cell(point: _Point, refs: Sequence[PaperReference]) -> str:
     return "; ".join(parts) if parts else "-"
 
 
+def _stage_sets(records: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Per method, every stage any of its records times, in order of first appearance."""
+    stages: dict[str, list[str]] = {}
+    for r in records:
+        seconds = r.get("seconds")
+        known = stages.setdefault(str(r["method"]), [])
+        if isinstance(seconds, Mapping):
+            known.extend(k for k, v in seconds.items()
+                         if k != "total" and v is not None and k not in known)
+    return stages
+
+
+def _missing_stages(record: Mapping[str, Any], stages: Mapping[str, Sequence[str]]) -> list[str]:
+    """Stages of the record's method that its ``seconds`` mapping lacks (none for a number)."""
+    seconds = record.get("seconds")
+    if not isinstance(seconds, Mapping):
+        return []
+    return [k for k in stages[str(record["method"])] if seconds.get(k) is None]
+
+
+#: Marks a ``seconds`` cell whose records time fewer stages than others of their method.
+PARTIAL_SECONDS_MARK = "†"
+
 #: Column headers of :func:`markdown_table`.
 TABLE_COLUMNS: tuple[str, ...] = (
     "method", "dataset", "mode", "setup", "s", "k", "target eps", "published eps",
@@ -607,7 +713,10 @@ def markdown_table(records: Sequence[Mapping[str, Any]], *,
     * accuracies: in %, 2 decimals; with several runs ``"mean (min–max)"``; ``"-"`` if absent.
     * ``paper test acc (%)``: the reference's test accuracy (2 decimals, with ``s=`` when the
       paper states it) for the same method, dataset, mode and epsilon, ``"-"`` if none.
-    * ``seconds``: mean total wall-clock seconds per run, 1 decimal.
+    * ``seconds``: mean total wall-clock seconds per run, 1 decimal, followed by
+      :data:`PARTIAL_SECONDS_MARK` when a record of the row times fewer stages than other
+      records of its method in the table (so its seconds are not comparable;
+      :func:`seconds_note` names the stages missing).
     * ``device``: the distinct devices.
 
     Args:
@@ -623,6 +732,7 @@ def markdown_table(records: Sequence[Mapping[str, Any]], *,
              "label acc (%)", "test acc (%)", "paper test acc (%)", "seconds"}
     lines = ["| " + " | ".join(TABLE_COLUMNS) + " |",
              "|" + "|".join("---:" if c in right else "---" for c in TABLE_COLUMNS) + "|"]
+    stages = _stage_sets(checked)
     for p in _aggregate(checked):
         setup = dict(zip(SETUP_KEYS, p.setup, strict=True))
         seconds = [s for s in (_check_seconds(r.get("seconds")) for r in p.records)
@@ -647,11 +757,167 @@ def markdown_table(records: Sequence[Mapping[str, Any]], *,
             _fmt_pct(p.values("label_accuracy")),
             _fmt_pct(p.values("test_accuracy")),
             _paper_cell(p, refs),
-            f"{sum(seconds) / len(seconds):.1f}" if seconds else "-",
+            (f"{sum(seconds) / len(seconds):.1f}" if seconds else "-")
+            + (f" {PARTIAL_SECONDS_MARK}" if seconds and any(
+                _missing_stages(r, stages) for r in p.records) else ""),
             _distinct(_devices(p.records)),
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines)
+
+
+def seconds_note(records: Sequence[Mapping[str, Any]]) -> str:
+    """What the ``seconds`` column of :func:`markdown_table` means for these records.
+
+    Names the stages the totals add up (per method), the stages that sweeps share (from the
+    records' ``shared_stages``), and, where some records time fewer stages than others of their
+    method (records written before every stage was timed), which stages they lack: those rows
+    carry :data:`PARTIAL_SECONDS_MARK`.
+
+    Args:
+        records: Result records.
+
+    Returns:
+        One paragraph, without a trailing newline.
+    """
+    checked = _checked(records)
+    stages = _stage_sets(checked)
+    timed = {m: v for m, v in stages.items() if v}
+    text = ("*seconds*: the mean over a row's runs of each run's total wall-clock seconds, the "
+            "sum of the stages it depends on")
+    if timed:
+        text += " (" + "; ".join(f"{m}: {', '.join(v)}" if len(timed) > 1 else ", ".join(v)
+                                 for m, v in sorted(timed.items())) + ")"
+    shared = list(dict.fromkeys(stage for r in checked for stage in r.get("shared_stages") or ()))
+    if shared:
+        text += (f". Stages a sweep computes once and shares ({', '.join(shared)}) are counted "
+                 "in every row that uses them, so a row's seconds are what its run costs on its "
+                 "own")
+    text += "."
+    lacking = {stage for r in checked for stage in _missing_stages(r, stages)}
+    missing = [stage for v in stages.values() for stage in v if stage in lacking]
+    missing = list(dict.fromkeys(missing))
+    if missing:
+        text += (f" {PARTIAL_SECONDS_MARK}: the records of these rows time fewer stages (they "
+                 f"lack {', '.join(missing)}), so their seconds are not comparable with the "
+                 "other rows'.")
+    return text
+
+
+def _provenance_summary(records: Sequence[Mapping[str, Any]]) -> str:
+    """The code that wrote the records, from their ``provenance`` (what is there)."""
+    found: dict[str, None] = {}
+    without = 0
+    for r in records:
+        prov = r.get("provenance")
+        if not isinstance(prov, Mapping):
+            without += 1
+            continue
+        parts = [f"dpkd-audit {prov.get('package_version') or '(version unknown)'}"]
+        commit = prov.get("git_commit")
+        if isinstance(commit, str) and commit:
+            parts.append(f"commit {commit[:10]}" + (" with local changes"
+                                                    if prov.get("git_dirty") else ""))
+        else:
+            parts.append("no git commit")
+        created = prov.get("created_utc")
+        if isinstance(created, str) and created:
+            parts.append(created[:10])
+        found[", ".join(parts)] = None
+    if not found:
+        return "no provenance recorded"
+    text = "; ".join(found)
+    if without:
+        text += f"; {without} run{'s' if without > 1 else ''} without provenance"
+    return text
+
+
+_COLUMNS_NOTE = (
+    "Accuracies in % (2 decimals): the mean over the runs (seeds) of a row, with the (min–max) "
+    "range when there are several. *target eps* is the budget the run was configured for, "
+    "*published eps* the one the method's paper accounting states, *record-level eps* the "
+    "guarantee the privacy ledger proves for one private record "
+    f"({_NOT_DP}: a step that is not differentially private exists).")
+
+
+def _purity_note(records: Sequence[Mapping[str, Any]]) -> str | None:
+    groups: dict[tuple[Any, ...], list[float]] = {}
+    for r in records:
+        value = r.get("label_accuracy_without_noise")
+        if value is not None:
+            key = (str(r["method"]), str(r["dataset"]),
+                   *(r.get(k) for k in ("representation", "preset", "clusters", "k")))
+            groups.setdefault(key, []).append(float(value))
+    if not groups:
+        return None
+    parts = []
+    for (method, dataset, representation, preset, clusters, k), values in sorted(
+            groups.items(), key=lambda kv: _none_last(kv[0])):
+        setup = ", ".join(v for v in (
+            " / ".join(str(x) for x in (representation, preset) if x is not None) or None,
+            None if clusters is None else f"s={clusters}",
+            None if k is None else f"k={k}") if v)
+        distinct = sorted({round(100.0 * v, 2) for v in values})
+        value = (f"{distinct[0]:.2f}%" if len(distinct) == 1 else
+                 f"{_fmt_pct(values)} %")
+        parts.append(f"{method} {dataset}" + (f" ({setup})" if setup else "") + f": {value}")
+    return ("Label accuracy without noise (every query labelled by its exact vote: the most the "
+            "private labels can reach with these queries): " + "; ".join(parts) + ".")
+
+
+def _result_file(path: str | os.PathLike[str]) -> Path:
+    path = Path(path)
+    if path.is_dir():
+        for name in ("results.jsonl", "result.json"):
+            if (path / name).is_file():
+                return path / name
+        raise FileNotFoundError(f"{path}: no results.jsonl or result.json in this folder")
+    return path
+
+
+def results_overview(paths: Sequence[str | os.PathLike[str]], *,
+                     references: Sequence[PaperReference] | None = None) -> str:
+    """Markdown overview of several result files: one table, what it means, where it came from.
+
+    This is what the README's results section holds (``dpkd results PATH...`` prints it, and a
+    test keeps the README equal to it): :func:`markdown_table` of all the records, what the
+    columns and seconds mean (:func:`seconds_note`), the label accuracy without noise, and a
+    link to each result folder with the provenance of its records (or that none is recorded).
+
+    Args:
+        paths: Result files (``.jsonl`` / ``.json``) or folders holding ``results.jsonl`` (or
+            ``result.json``). Links are the folders as given (relative paths stay relative);
+            the order does not matter (sources are sorted).
+        references: Paper references (default :data:`PAPER_REFERENCES`).
+
+    Returns:
+        The Markdown, ending with a newline.
+
+    Raises:
+        ValueError: For no path, or malformed records (naming file and line).
+        FileNotFoundError: For a missing file, or a folder without results.
+    """
+    if isinstance(paths, str | os.PathLike) or not isinstance(paths, Sequence) or not paths:
+        raise ValueError("paths must be a non-empty sequence of result files or folders; "
+                         f"got {paths!r}")
+    files = sorted({_result_file(p) for p in paths}, key=lambda f: f.as_posix())
+    per_file = [(f, load_records(f)) for f in files]
+    records = [r for _, recs in per_file for r in recs]
+    out = [markdown_table(records, references=references), "",
+           f"{_COLUMNS_NOTE} {seconds_note(records)}", ""]
+    purity = _purity_note(records)
+    if purity:
+        out += [purity, ""]
+    sources = []
+    for f, recs in per_file:
+        folder = f.parent.as_posix()
+        link = folder + "/" if folder not in ("", ".") else "./"
+        runs = f"{len(recs)} run{'s' if len(recs) > 1 else ''}"
+        sources.append(f"[`{f.parent.name or f.name}`]({link}) ({runs}; "
+                       f"{_provenance_summary(recs)})")
+    out += ["Records: " + ", ".join(sources) + ". Each folder's README gives the command that "
+            "produced it.", ""]
+    return "\n".join(out)
 
 
 def sweep_readme(records: Sequence[Mapping[str, Any]], *, command: str, title: str,
@@ -667,7 +933,7 @@ def sweep_readme(records: Sequence[Mapping[str, Any]], *, command: str, title: s
             as an image; ``None`` for no link.
         references: Paper references for the table and the sources list (default:
             :data:`PAPER_REFERENCES`; the sources list shows those of the records' (method,
-            dataset) pairs).
+            dataset, mode) triples).
 
     Returns:
         The page, ending with a newline.
@@ -685,8 +951,10 @@ def sweep_readme(records: Sequence[Mapping[str, Any]], *, command: str, title: s
             raise ValueError(f"plot_name must be a relative path (e.g. 'accuracy.png'); "
                              f"got {plot_name!r}")
     refs = list(PAPER_REFERENCES) if references is None else _check_references(references)
-    pairs = {(str(r["method"]).lower(), str(r["dataset"]).lower()) for r in checked}
-    shown = [ref for ref in refs if (ref.method.lower(), ref.dataset.lower()) in pairs]
+    triples = {(str(r["method"]).lower(), str(r["dataset"]).lower(), str(r["mode"]).lower())
+               for r in checked}
+    shown = [ref for ref in refs
+             if (ref.method.lower(), ref.dataset.lower(), ref.mode.lower()) in triples]
 
     devices = _devices(checked)
     methods = sorted({str(r["method"]) for r in checked})
@@ -700,16 +968,11 @@ def sweep_readme(records: Sequence[Mapping[str, Any]], *, command: str, title: s
     else:
         out.append("Device: not recorded.")
     out += ["", f"{len(checked)} runs; methods: {', '.join(methods)}; datasets: "
-                f"{', '.join(datasets)}.", ""]
+                f"{', '.join(datasets)}.", "", f"Code: {_provenance_summary(checked)}.", ""]
     if plot_name is not None:
         out += [f"![Accuracy versus epsilon]({plot_name})", ""]
     out += ["## Results", "", markdown_table(checked, references=refs), "",
-            "Accuracies in % (2 decimals): the mean over the runs (seeds) of a row, with the "
-            "(min–max) range when there are several. *target eps* is the budget the run was "
-            "configured for, *published eps* the one the method's paper accounting states, "
-            "*record-level eps* the guarantee the privacy ledger proves for one private record "
-            f"({_NOT_DP}: a step that is not differentially private exists). *seconds*: mean "
-            "wall-clock total per run.", ""]
+            f"{_COLUMNS_NOTE} {seconds_note(checked)}", ""]
     if shown:
         out += ["## Paper references", ""]
         for ref in shown:

@@ -1,8 +1,10 @@
 """Audit reports built from saved audit records (dicts / JSON lines), never from live objects.
 
 A record has at least ``mechanism``, ``epsilon_claimed`` and ``epsilon_lower``; optional keys:
-``epsilon_estimate`` (the point estimate on the bounding samples), ``violation``,
-``samples_per_side``, ``seconds``, ``attack``, ``true_epsilon`` (positive controls).
+``verdict`` (``violation`` / ``consistent`` / ``inconclusive``; derived from the bound when
+absent), ``epsilon_estimate`` (the point estimate on the bounding samples), ``violation``,
+``samples_per_side``, ``seconds``, ``attack``, ``policy``, ``control`` and ``true_epsilon``
+(positive controls).
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["audit_markdown_table", "plot_audit"]
+__all__ = ["audit_figure", "audit_markdown_table", "plot_audit", "record_verdict"]
+
+#: Same rule as :data:`dpkd_audit.audit.auditor.POWER_FRACTION` for records without a verdict.
+_POWER_FRACTION = 0.5
 
 
 def _fmt(value: Any, digits: int = 4) -> str:
@@ -25,28 +30,68 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def record_verdict(record: dict[str, Any]) -> str:
+    """``violation``, ``consistent`` or ``inconclusive`` (a bound of 0 is never "ok")."""
+    if record.get("verdict"):
+        return str(record["verdict"])
+    claimed, lower = float(record["epsilon_claimed"]), float(record["epsilon_lower"])
+    if lower > claimed:
+        return "violation"
+    return "consistent" if lower > 0 and lower >= _POWER_FRACTION * claimed else "inconclusive"
+
+
+_VERDICT_TEXT = {"violation": "VIOLATION", "consistent": "no violation",
+                 "inconclusive": "inconclusive (no power)"}
+
+
 def audit_markdown_table(records: Sequence[dict[str, Any]]) -> str:
-    """A Markdown table: claimed epsilon, lower bound, ratio, verdict, samples, seconds."""
+    """A Markdown table: claimed epsilon, lower bound, ratio, verdict, samples, seconds.
+
+    With more than one record, a last line says that each bound holds at its confidence per
+    audit, not jointly over the table.
+    """
     lines = ["| mechanism | claimed eps | eps lower bound | lower / claimed | verdict | attack | "
              "samples per side | seconds |", "|---|---:|---:|---:|---|---|---:|---:|"]
     for r in records:
         claimed, lower = float(r["epsilon_claimed"]), float(r["epsilon_lower"])
-        verdict = "VIOLATION" if r.get("violation", lower > claimed) else "ok"
+        name = f"{r['mechanism']} (control)" if r.get("control") else str(r["mechanism"])
         lines.append(
-            f"| {r['mechanism']} | {_fmt(claimed)} | {_fmt(lower)} | "
-            f"{_fmt(lower / claimed if claimed else math.inf, 3)} | {verdict} | "
+            f"| {name} | {_fmt(claimed)} | {_fmt(lower)} | "
+            f"{_fmt(lower / claimed if claimed else math.inf, 3)} | "
+            f"{_VERDICT_TEXT[record_verdict(r)]} | "
             f"{r.get('attack', '-')} | {_fmt(r.get('samples_per_side'))} | "
             f"{_fmt(r.get('seconds'), 3)} |")
+    if len(records) > 1:
+        confidence = records[0].get("confidence")
+        level = f"{float(confidence):.0%}" if confidence is not None else "its confidence"
+        lines.append("")
+        lines.append(f"Each bound holds at {level} for its own audit, not jointly: over "
+                     f"{len(records)} audits of correct mechanisms, about "
+                     f"{len(records)} x (1 - confidence) false alarms are expected at most.")
     return "\n".join(lines)
 
 
 def plot_audit(records: Sequence[dict[str, Any]], path: str | Path, *,
                title: str = "Claimed vs empirical epsilon") -> Path:
-    """Plot claimed epsilon against the audited lower bound, one column per mechanism (PNG).
+    """Write :func:`audit_figure` as a PNG at ``path`` (parent folders are created)."""
+    import matplotlib.pyplot as plt
 
-    The bar of each mechanism runs from the lower bound (at the stated confidence) up to the
-    point estimate on the bounding samples, when the record has one; a red lower bound is above
-    the claim (a violation).
+    fig = audit_figure(records, title=title)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def audit_figure(records: Sequence[dict[str, Any]], *,
+                 title: str = "Claimed vs empirical epsilon") -> Any:
+    """Claimed epsilon against the audited lower bound (a matplotlib figure, log-scale epsilon).
+
+    Package mechanisms come first, then the positive controls (a separating line between the
+    groups); per column: the claim (black bar), the lower bound (filled dot: blue no violation,
+    red violation; hollow grey: inconclusive, a bound of 0 drawn at the bottom edge), the
+    point estimate (a line up from the bound) and, for controls, the true epsilon (cross).
     """
     import matplotlib
 
@@ -55,46 +100,59 @@ def plot_audit(records: Sequence[dict[str, Any]], path: str | Path, *,
 
     if not records:
         raise ValueError("records must not be empty")
-    path = Path(path)
-    names = [str(r["mechanism"]) for r in records]
-    x = list(range(len(records)))
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(records) + 2), 4.8))
-    claimed = [float(r["epsilon_claimed"]) for r in records]
-    lower = [float(r["epsilon_lower"]) for r in records]
-    finite = [v for v in lower + claimed if math.isfinite(v)]
-    top = max(finite) if finite else 1.0
-    ceiling = top * 1.15 + 1e-9  # where infinite lower bounds are drawn (with an arrow)
+    ordered = ([r for r in records if not r.get("control")]
+               + [r for r in records if r.get("control")])
+    names = [str(r["mechanism"]) for r in ordered]
+    x = list(range(len(ordered)))
+    claimed = [float(r["epsilon_claimed"]) for r in ordered]
+    lower = [float(r["epsilon_lower"]) for r in ordered]
+    positive = [v for v in lower + claimed if math.isfinite(v) and v > 0]
+    for r in ordered:
+        true_eps = r.get("true_epsilon")
+        if true_eps is not None and math.isfinite(float(true_eps)) and float(true_eps) > 0:
+            positive.append(float(true_eps))
+    bottom, top = min(positive) / 3.0, max(positive) * 3.0
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.5 * len(ordered) + 3), 5.2))
+    ax.set_yscale("log")
     ax.scatter(x, claimed, marker="_", s=500, color="black", zorder=3, label="claimed epsilon")
-    for i, r in enumerate(records):
+    for i, r in enumerate(ordered):
+        verdict = record_verdict(r)
         if not math.isfinite(lower[i]):
-            ax.scatter([i], [ceiling], marker="^", color="tab:red", s=60, zorder=4,
-                       label="lower bound = inf")
-            ax.annotate("inf", (i, ceiling), textcoords="offset points", xytext=(6, -3),
-                        fontsize=8, color="tab:red")
+            ax.scatter([i], [top / 1.5], marker="^", color="tab:red", s=60, zorder=4,
+                       label="lower bound = inf (violation)")
             continue
-        violation = bool(r.get("violation", lower[i] > claimed[i]))
-        color = "tab:red" if violation else "tab:blue"
-        estimate = r.get("epsilon_estimate")
-        if estimate is not None and math.isfinite(float(estimate)) and estimate > lower[i]:
-            ax.plot([i, i], [lower[i], float(estimate)], color=color, lw=2, alpha=0.6)
-        ax.scatter([i], [lower[i]], color=color, zorder=4, s=36,
-                   label="lower bound (violation)" if violation else "lower bound")
+        if verdict == "inconclusive":
+            shown = max(lower[i], bottom * 1.05)
+            ax.scatter([i], [shown], facecolors="none", edgecolors="tab:gray", s=40, zorder=4,
+                       label="lower bound, inconclusive (0 at the bottom edge)")
+        else:
+            color = "tab:red" if verdict == "violation" else "tab:blue"
+            estimate = r.get("epsilon_estimate")
+            if estimate is not None and math.isfinite(float(estimate)) \
+                    and float(estimate) > lower[i]:
+                ax.plot([i, i], [lower[i], min(float(estimate), top)], color=color, lw=2,
+                        alpha=0.5)
+            ax.scatter([i], [lower[i]], color=color, zorder=4, s=36,
+                       label=("lower bound, violation" if verdict == "violation"
+                              else "lower bound, no violation"))
         true_eps = r.get("true_epsilon")
         if true_eps is not None and math.isfinite(float(true_eps)):
-            ax.scatter([i], [float(true_eps)], marker="x", color="tab:gray", zorder=3,
+            ax.scatter([i], [float(true_eps)], marker="x", color="tab:purple", zorder=3,
                        label="true epsilon (controls)")
+    controls = sum(1 for r in ordered if r.get("control"))
+    if 0 < controls < len(ordered):
+        split = len(ordered) - controls - 0.5
+        ax.axvline(split, color="tab:gray", lw=1, ls="--")
+        ax.text(split + 0.2, top / 1.2, "positive controls (broken on purpose)", fontsize=8,
+                va="top", color="tab:gray")
     ax.set_xticks(x)
-    ax.set_xticklabels(names, rotation=45, ha="right", fontsize=8)
-    ax.set_ylabel("epsilon")
-    ax.set_ylim(0, top * 1.3 + 1e-9)
-    ax.set_title(title)
-    ax.grid(axis="y", alpha=0.3)
+    ax.set_xticklabels(names, rotation=50, ha="right", fontsize=8)
+    ax.set_ylabel("epsilon (log scale)")
+    ax.set_ylim(bottom, top)
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="y", alpha=0.3, which="both")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))
-    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left")
+    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="lower left")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
+    return fig

@@ -38,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-import sys
 import time
 from collections.abc import Iterator
 
@@ -49,6 +48,7 @@ from torch import nn
 
 from dpkd_audit import _validate
 from dpkd_audit.pipelines.common.devices import resolve_device
+from dpkd_audit.pipelines.common.progress import progress_counter
 
 __all__ = [
     "EncoderConfig",
@@ -579,11 +579,7 @@ def fit_encoder(public_images: np.ndarray, *, config: EncoderConfig, seed: int,
     with torch.no_grad():
         base = _deskew_theta(images) if config.deskew else _identity_theta(n, device)
 
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=config.epochs, desc="encoder", unit="epoch", file=sys.stderr)
+    bar = progress_counter(enabled=progress, desc="encoder", total=config.epochs, unit="epoch")
     losses: list[float] = []
     backbone.train()
     head.train()
@@ -605,12 +601,10 @@ def fit_encoder(public_images: np.ndarray, *, config: EncoderConfig, seed: int,
                 epoch_loss += loss.detach()
                 step += 1
             losses.append(float(epoch_loss) / steps_per_epoch)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+            bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+            bar.update(1)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     return FittedEncoder(backbone=backbone, head=head, config=config, num_fitted=n,
                          image_shape=(arr.shape[1], arr.shape[2]), device=device,
                          losses=tuple(losses), seconds=time.perf_counter() - start_time)

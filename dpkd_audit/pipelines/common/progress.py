@@ -1,4 +1,9 @@
-"""Progress bars (tqdm on stderr) that the caller can switch off, and stage timers."""
+"""Progress bars (tqdm on stderr) that the caller can switch off, and stage timers.
+
+Bars are drawn only when asked for *and* stderr is a terminal: redirected to a file or a pipe
+(a log, CI, ``2>&1 | tee``), carriage-return redraws would only fill it with partial lines.
+Stage messages (``[dpkd] NAME ...``) are whole lines and are printed whenever asked for.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +15,38 @@ from typing import TypeVar
 
 from tqdm.auto import tqdm
 
-__all__ = ["StageTimer", "progress_bar"]
+__all__ = ["StageTimer", "bars_enabled", "progress_bar", "progress_counter"]
 
 T = TypeVar("T")
 
 
+def bars_enabled(enabled: bool) -> bool:
+    """Whether to draw progress bars: ``enabled`` and stderr is a terminal."""
+    if not enabled:
+        return False
+    isatty = getattr(sys.stderr, "isatty", None)
+    try:
+        return bool(isatty()) if callable(isatty) else False
+    except (OSError, ValueError):  # a closed or detached stream
+        return False
+
+
 def progress_bar(iterable: Iterable[T], *, enabled: bool, desc: str,
                  total: int | None = None, unit: str = "it") -> Iterable[T]:
-    """``iterable`` wrapped in a tqdm bar on stderr when ``enabled``, unchanged otherwise."""
-    if not enabled:
+    """``iterable`` wrapped in a tqdm bar on stderr when :func:`bars_enabled`, else unchanged."""
+    if not bars_enabled(enabled):
         return iterable
     return tqdm(iterable, desc=desc, total=total, unit=unit, file=sys.stderr, leave=False,
                 dynamic_ncols=True)
+
+
+def progress_counter(*, enabled: bool, desc: str, total: int, unit: str = "it") -> tqdm:
+    """A manually updated tqdm bar on stderr, disabled unless :func:`bars_enabled`.
+
+    A disabled bar accepts ``update``, ``set_postfix`` and ``close`` and draws nothing.
+    """
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True,
+                disable=not bars_enabled(enabled))
 
 
 class StageTimer:

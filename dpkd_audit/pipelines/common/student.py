@@ -30,7 +30,6 @@ import dataclasses
 import enum
 import math
 import numbers
-import sys
 import time
 from typing import Any
 
@@ -38,10 +37,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812  (conventional alias)
 from torch import nn
-from tqdm import tqdm
 
 from dpkd_audit import _validate
 from dpkd_audit.pipelines.common.devices import resolve_device
+from dpkd_audit.pipelines.common.progress import progress_counter
 
 __all__ = [
     "LrSchedule",
@@ -350,9 +349,14 @@ def _make_optimizer(model: nn.Module, config: StudentConfig) -> torch.optim.Opti
 def _make_schedule(optimizer: torch.optim.Optimizer, config: StudentConfig,
                    total_steps: int) -> torch.optim.lr_scheduler.LRScheduler:
     if config.schedule is LrSchedule.ONE_CYCLE:
+        warmup = config.warmup_fraction
+        if warmup * total_steps <= 1.0:
+            # At most one warm-up step: none at all (OneCycleLR divides by zero when
+            # warmup * total_steps is exactly 1, e.g. 1 epoch of 5 batches at 0.2).
+            warmup = 0.5 / total_steps
         return torch.optim.lr_scheduler.OneCycleLR(
             optimizer, max_lr=config.learning_rate, total_steps=total_steps,
-            pct_start=config.warmup_fraction,
+            pct_start=warmup,
             cycle_momentum=config.optimizer is StudentOptimizer.SGD and config.momentum > 0)
     if config.schedule is LrSchedule.COSINE:
         return torch.optim.lr_scheduler.LambdaLR(
@@ -462,9 +466,8 @@ def train_student(train_images: np.ndarray, train_targets: np.ndarray, *, num_cl
 
     accuracies: list[float] = []
     losses: list[float] = []
-    bar = tqdm(range(config.epochs), desc="student", unit="epoch", file=sys.stderr,
-               disable=not progress)
-    for epoch in bar:
+    bar = progress_counter(enabled=progress, desc="student", total=config.epochs, unit="epoch")
+    for epoch in range(config.epochs):
         model.train()
         order = torch.randperm(n, generator=generator)
         total = torch.zeros((), device=device)
@@ -487,7 +490,8 @@ def train_student(train_images: np.ndarray, train_targets: np.ndarray, *, num_cl
         accuracy = int((predictions == y_test).sum()) / len(test_labels)
         losses.append(mean_loss)
         accuracies.append(accuracy)
-        bar.set_postfix(loss=f"{mean_loss:.4f}", acc=f"{accuracy:.4f}")
+        bar.set_postfix(loss=f"{mean_loss:.4f}", acc=f"{accuracy:.4f}", refresh=False)
+        bar.update(1)
     bar.close()
     model.eval()
     return StudentResult(test_accuracy=accuracies[-1], test_accuracy_per_epoch=accuracies,

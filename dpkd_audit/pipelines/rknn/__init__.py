@@ -16,12 +16,16 @@ from dpkd_audit.pipelines.rknn.config import (
     RknnConfig,
 )
 from dpkd_audit.pipelines.rknn.pipeline import (
+    PREPARED_STAGES,
+    LoadedSplits,
     Prepared,
     RknnResult,
+    load_data,
     load_splits,
     prepare,
     release_rng,
     run,
+    splits_key,
 )
 from dpkd_audit.pipelines.rknn.queries import Queries, nearest_queries, select_queries
 from dpkd_audit.pipelines.rknn.release import (
@@ -36,8 +40,10 @@ from dpkd_audit.pipelines.rknn.sweep import check_configs, sweep, sweep_configs
 
 __all__ = [
     "DEFAULT_SHUFFLE_DELTA",
+    "PREPARED_STAGES",
     "CentralNoise",
     "CountRelease",
+    "LoadedSplits",
     "Prepared",
     "Preset",
     "Queries",
@@ -47,6 +53,7 @@ __all__ = [
     "build_mechanisms",
     "check_configs",
     "ledger_for",
+    "load_data",
     "load_splits",
     "nearest_queries",
     "planned_events",
@@ -56,6 +63,7 @@ __all__ = [
     "run",
     "select_queries",
     "shuffle_local_epsilon",
+    "splits_key",
     "sweep",
     "sweep_configs",
 ]

@@ -11,6 +11,14 @@
 
 Stages 1-3 do not depend on epsilon or the release mode: :func:`prepare` computes them once
 and :func:`run` accepts the result, which is how sweeps reuse them.
+
+Seconds mean the same in every record: ``seconds`` holds the wall-clock seconds of every stage
+the result depends on (``data``: loading and splitting the dataset; ``representation``,
+``queries``, ``reverse k-NN``; then this run's ``release``, ``labels``, ``student``) and
+``total`` is their sum, i.e. what the run costs on its own. A stage computed once and reused by
+several runs of a sweep is measured once and reported, with that one measurement, in every run
+that uses it; the record's ``shared_stages`` names those stages (so summing ``total`` over a
+sweep's rows over-counts them).
 """
 
 from __future__ import annotations
@@ -19,7 +27,6 @@ import dataclasses
 import json
 import math
 import os
-import platform
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,19 +47,27 @@ from dpkd_audit.pipelines.common.student import train_student
 from dpkd_audit.pipelines.rknn.config import ReleaseMode, RknnConfig
 from dpkd_audit.pipelines.rknn.queries import Queries, nearest_queries, select_queries
 from dpkd_audit.pipelines.rknn.release import planned_events, release_counts
+from dpkd_audit.provenance import provenance
 
 __all__ = [
+    "PREPARED_STAGES",
+    "LoadedSplits",
     "Prepared",
     "RknnResult",
     "check_clusters",
+    "load_data",
     "load_splits",
     "preparation_key",
     "prepare",
     "release_rng",
     "run",
+    "splits_key",
 ]
 
 METHOD = "rknn"
+
+#: Stages that do not depend on epsilon or the release mode (shared by the runs of a sweep).
+PREPARED_STAGES: tuple[str, ...] = ("data", "representation", "queries", "reverse k-NN")
 
 
 def check_clusters(config: RknnConfig, public_size: int) -> None:
@@ -68,6 +83,70 @@ def load_splits(config: RknnConfig, *, data_dir: str | os.PathLike | None = None
     splits = rknn_splits(dataset, seed=config.split_seed, public_size=config.public_size)
     check_clusters(config, splits.public_indices.size)
     return splits
+
+
+def splits_key(config: RknnConfig) -> tuple[Any, ...]:
+    """What the data stage depends on: dataset, public split size and split seed."""
+    return (config.dataset, config.public_size, config.split_seed)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class LoadedSplits:
+    """A dataset's splits and the wall-clock seconds it took to load and split it.
+
+    Attributes:
+        splits: The data split.
+        seconds: Seconds of loading the dataset files and splitting them (the ``data`` stage).
+    """
+
+    splits: Splits
+    seconds: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.splits, Splits):
+            raise ValueError(f"splits must be a Splits; got {type(self.splits).__name__}")
+        if (isinstance(self.seconds, bool) or not isinstance(self.seconds, int | float)
+                or not math.isfinite(self.seconds) or self.seconds < 0):
+            raise ValueError(f"seconds must be a finite number >= 0; got {self.seconds!r}")
+
+
+def load_data(config: RknnConfig, *, data_dir: str | os.PathLike | None = None,
+              progress: bool = False) -> LoadedSplits:
+    """:func:`load_splits`, timed as the ``data`` stage (with a stage message if ``progress``).
+
+    Raises:
+        ValueError: If ``clusters`` exceeds the public set.
+        DatasetNotFoundError: If the dataset files are missing.
+    """
+    timer = StageTimer(verbose=progress)
+    with timer.stage("data"):
+        splits = load_splits(config, data_dir=data_dir)
+    return LoadedSplits(splits=splits, seconds=timer.seconds["data"])
+
+
+def _loaded(config: RknnConfig, splits: Splits | LoadedSplits | None, *,
+            data_dir: str | os.PathLike | None, progress: bool) -> tuple[Splits, float | None]:
+    """The splits of ``config`` and their load seconds (``None``: loaded by the caller, untimed).
+
+    Splits passed in must be of the config's dataset and split seed, and hold enough public
+    images for ``clusters``.
+    """
+    if splits is None:
+        loaded = load_data(config, data_dir=data_dir, progress=progress)
+        return loaded.splits, loaded.seconds
+    if isinstance(splits, LoadedSplits):
+        result, seconds = splits.splits, splits.seconds
+    elif isinstance(splits, Splits):
+        result, seconds = splits, None
+    else:
+        raise ValueError("splits must be a Splits, a LoadedSplits or None; got "
+                         f"{type(splits).__name__}")
+    if result.dataset.name is not config.dataset or result.seed != config.split_seed:
+        raise ValueError(f"splits must be of dataset {config.dataset.value!r} with split seed "
+                         f"{config.split_seed} (the config's); got dataset "
+                         f"{result.dataset.name.value!r}, seed {result.seed}")
+    check_clusters(config, result.public_indices.size)
+    return result, seconds
 
 
 def release_rng(config: RknnConfig) -> np.random.Generator:
@@ -95,7 +174,9 @@ class Prepared:
         splits: The data split.
         queries: The medoid queries and the public clusters.
         neighbours: ``(n_private, k)`` nearest queries of every private record.
-        seconds: Seconds per stage.
+        seconds: Seconds per stage (:data:`PREPARED_STAGES`; ``data`` is absent when the
+            splits were passed in as a plain :class:`~dpkd_audit.data.Splits`, whose load
+            time is unknown).
         device: Description of the torch device used.
     """
 
@@ -108,21 +189,27 @@ class Prepared:
 
 
 def prepare(config: RknnConfig, *, device: torch.device | str | None = None,
-            data_dir: str | os.PathLike | None = None, splits: Splits | None = None,
-            progress: bool = False) -> Prepared:
+            data_dir: str | os.PathLike | None = None,
+            splits: Splits | LoadedSplits | None = None, progress: bool = False) -> Prepared:
     """Representation (public data only), queries and reverse k-NN neighbours.
 
     Args:
         config: The run configuration.
         device: Torch device for the learned encoder ("cpu", "cuda", ...).
         data_dir: Where to look for the dataset files.
-        splits: Already loaded splits (from :func:`load_splits`), to skip loading.
+        splits: Already loaded splits, to skip loading: from :func:`load_data` (their load
+            seconds become the ``data`` stage) or :func:`load_splits` (no ``data`` stage).
         progress: Progress bars and stage messages on stderr.
+
+    Raises:
+        ValueError: For splits of another dataset or split seed, or too many clusters.
+        DatasetNotFoundError: If the dataset files are missing.
     """
     torch_device = resolve_device(device)
+    splits, data_seconds = _loaded(config, splits, data_dir=data_dir, progress=progress)
     timer = StageTimer(verbose=progress)
-    with timer.stage("data"):
-        splits = splits if splits is not None else load_splits(config, data_dir=data_dir)
+    if data_seconds is not None:
+        timer.seconds["data"] = data_seconds
     with timer.stage("representation"):
         # The fit sees the public images and nothing else (tested).
         representation = fit_representation(
@@ -157,10 +244,16 @@ class RknnResult:
         local_epsilon: The clients' local epsilon (local and shuffle modes).
         mechanisms: Mechanism descriptions.
         charges: ``[{"label", "event"}]`` of this run's ledger charges.
-        seconds: Seconds per stage, plus ``total`` (with a ``prepared`` input, stages 1-3 are
-            the shared preparation's, counted in every run that reuses it).
+        seconds: Seconds per stage the result depends on, plus ``total``, their sum (what
+            the run costs on its own; see the module docstring). With a ``prepared`` input,
+            :data:`PREPARED_STAGES` are the shared preparation's, counted in every run that
+            uses it.
         device: Torch device description.
         sizes: Number of private, public and student-test records.
+        provenance: Package version, git commit, time and library versions
+            (:func:`dpkd_audit.provenance.provenance`, taken when the run finished).
+        shared_stages: Stages whose seconds this run shares with other runs of a sweep
+            (measured once, reported in each); empty for a run of its own.
     """
 
     config: RknnConfig
@@ -178,6 +271,8 @@ class RknnResult:
     seconds: dict[str, float]
     device: str
     sizes: dict[str, int]
+    provenance: dict[str, Any]
+    shared_stages: tuple[str, ...] = ()
 
     def to_record(self, *, command: str | None = None) -> dict[str, Any]:
         """The JSON result record (``result.json`` / one line of ``results.jsonl``)."""
@@ -211,12 +306,12 @@ class RknnResult:
             "mechanisms": list(self.mechanisms),
             "charges": list(self.charges),
             "seconds": self.seconds,
+            "shared_stages": list(self.shared_stages),
             "sizes": self.sizes,
             "test_accuracy_per_epoch": list(self.test_accuracy_per_epoch),
             "config": cfg.to_dict(),
             "command": command,
-            "environment": {"python": platform.python_version(), "torch": torch.__version__,
-                            "numpy": np.__version__, "platform": platform.platform()},
+            "provenance": self.provenance,
         }
 
 
@@ -241,7 +336,8 @@ def _targets(estimated: np.ndarray, query_labels: np.ndarray, assignment: np.nda
 
 def run(config: RknnConfig, *, ledger: Ledger, rng: np.random.Generator,
         device: torch.device | str | None = None, data_dir: str | os.PathLike | None = None,
-        prepared: Prepared | None = None, progress: bool = False) -> RknnResult:
+        splits: Splits | LoadedSplits | None = None, prepared: Prepared | None = None,
+        progress: bool = False) -> RknnResult:
     """Run reverse k-NN labelling and the student; the release is charged to ``ledger``.
 
     Checks (before any work): the config, the dataset files, ``clusters`` against the public
@@ -254,6 +350,8 @@ def run(config: RknnConfig, *, ledger: Ledger, rng: np.random.Generator,
         rng: Generator of the release noise and of tie-breaking.
         device: Torch device ("cpu", "cuda", "cuda:N", "auto").
         data_dir: Where to look for MNIST / Fashion-MNIST files.
+        splits: Already loaded splits (from :func:`load_data`, e.g. by
+            :func:`~dpkd_audit.pipelines.rknn.sweep.check_configs`), to skip loading.
         prepared: Stages 1-3 from :func:`prepare` with the same dataset, split, seed,
             representation, s and k (e.g. in a sweep over epsilon or mode).
         progress: Progress bars and stage messages on stderr.
@@ -274,18 +372,21 @@ def run(config: RknnConfig, *, ledger: Ledger, rng: np.random.Generator,
         if not isinstance(prepared, Prepared) or prepared.key != preparation_key(config):
             raise ValueError("prepared must come from prepare() with the same dataset, split, "
                              "seed, representation, clusters and k as config")
-        splits = prepared.splits
+        loaded: Splits | LoadedSplits = prepared.splits
         timer.seconds.update(prepared.seconds)  # stages 1-3, computed once and reused
     else:
-        with timer.stage("data"):
-            splits = load_splits(config, data_dir=data_dir)
+        split_data, data_seconds = _loaded(config, splits, data_dir=data_dir,
+                                           progress=progress)
+        loaded = (split_data if data_seconds is None
+                  else LoadedSplits(splits=split_data, seconds=data_seconds))
+    splits = loaded.splits if isinstance(loaded, LoadedSplits) else loaded
     num_classes = splits.dataset.num_classes
     num_private = splits.private_indices.size
     ledger.check(planned_events(config, num_private=num_private, num_classes=num_classes),
                  label=f"planned reverse k-NN release ({config.mode.value})")
     if prepared is None:
-        prepared = prepare(config, device=torch_device, splits=splits, progress=progress)
-        timer.seconds.update({k: v for k, v in prepared.seconds.items() if k != "data"})
+        prepared = prepare(config, device=torch_device, splits=loaded, progress=progress)
+        timer.seconds.update(prepared.seconds)
     charged_before = len(ledger.charges())
     with timer.stage("release"):
         released = release_counts(prepared.neighbours, splits.private_labels, config=config,
@@ -326,6 +427,7 @@ def run(config: RknnConfig, *, ledger: Ledger, rng: np.random.Generator,
         device=describe_device(torch_device),
         sizes={"private": num_private, "public": int(splits.public_indices.size),
                "student_test": int(splits.student_test_indices.size)},
+        provenance=provenance(),
     )
 
 

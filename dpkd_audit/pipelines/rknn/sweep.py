@@ -3,29 +3,36 @@
 Each run is a separate experiment with its own budget (a fresh ledger from
 :func:`~dpkd_audit.pipelines.rknn.release.ledger_for`): releasing all of them on the same
 private data would compose, which the sweep's README says.
+
+Every result's ``seconds`` mean what they mean for a run of its own (see
+:mod:`~dpkd_audit.pipelines.rknn.pipeline`): the shared stages are measured once and reported
+in each result that uses them, which ``shared_stages`` says.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from dpkd_audit import _validate
-from dpkd_audit.data import Splits
 from dpkd_audit.pipelines.rknn.config import ReleaseMode, RknnConfig
 from dpkd_audit.pipelines.rknn.pipeline import (
+    PREPARED_STAGES,
+    LoadedSplits,
     Prepared,
     RknnResult,
     check_clusters,
-    load_splits,
+    load_data,
     preparation_key,
     prepare,
     release_rng,
     run,
+    splits_key,
 )
 from dpkd_audit.pipelines.rknn.release import ledger_for, planned_events
 
@@ -58,14 +65,22 @@ def sweep_configs(base: RknnConfig, *, epsilons: Sequence[float],
 
 
 def check_configs(configs: Sequence[RknnConfig], *,
-                data_dir: str | os.PathLike | None = None) -> dict[tuple[Any, ...], Splits]:
+                  data_dir: str | os.PathLike | None = None,
+                  progress: bool = False) -> dict[tuple[Any, ...], LoadedSplits]:
     """Check every config (point of a sweep, or one run) before any work.
 
     Checks the dataset files, ``clusters`` against the public set, and that the release of each
-    point can be built (its mechanisms accept epsilon, delta, s and k).
+    point can be built (its mechanisms accept epsilon, delta, s and k). Each dataset is loaded
+    once, timed as the ``data`` stage (:func:`~dpkd_audit.pipelines.rknn.pipeline.load_data`).
+
+    Args:
+        configs: The configs.
+        data_dir: Where to look for the dataset files.
+        progress: Stage messages on stderr while loading.
 
     Returns:
-        The loaded splits, keyed by (dataset, public size, split seed), for :func:`sweep`.
+        The loaded splits, keyed by :func:`~dpkd_audit.pipelines.rknn.pipeline.splits_key`, for
+        :func:`sweep` and :func:`~dpkd_audit.pipelines.rknn.pipeline.run` (``splits=``).
 
     Raises:
         ValueError: For an empty list, a non-config, or a point whose release is refused (the
@@ -75,12 +90,12 @@ def check_configs(configs: Sequence[RknnConfig], *,
     configs = list(configs)
     if not configs or not all(isinstance(c, RknnConfig) for c in configs):
         raise ValueError("configs must be a non-empty sequence of RknnConfig")
-    splits_cache: dict[tuple[Any, ...], Splits] = {}
+    splits_cache: dict[tuple[Any, ...], LoadedSplits] = {}
     for config in configs:
-        key = (config.dataset, config.public_size, config.split_seed)
+        key = splits_key(config)
         if key not in splits_cache:
-            splits_cache[key] = load_splits(config, data_dir=data_dir)
-        splits = splits_cache[key]
+            splits_cache[key] = load_data(config, data_dir=data_dir, progress=progress)
+        splits = splits_cache[key].splits
         check_clusters(config, splits.public_indices.size)
         try:
             planned_events(config, num_private=splits.private_indices.size,
@@ -93,6 +108,7 @@ def check_configs(configs: Sequence[RknnConfig], *,
 
 def sweep(configs: Sequence[RknnConfig], *, device: torch.device | str | None = None,
           data_dir: str | os.PathLike | None = None,
+          checked: Mapping[tuple[Any, ...], LoadedSplits] | None = None,
           progress: bool = False) -> Iterator[RknnResult]:
     """Run ``configs`` in order, yielding each result as soon as it exists.
 
@@ -102,15 +118,45 @@ def sweep(configs: Sequence[RknnConfig], *, device: torch.device | str | None = 
     (:func:`~dpkd_audit.pipelines.rknn.pipeline.release_rng`, a function of the config alone,
     so one point reruns identically with ``dpkd run``). All configs are validated
     and the dataset files found before the first run starts.
+
+    Args:
+        configs: The points, in order (see :func:`sweep_configs`).
+        device: Torch device ("cpu", "cuda", "cuda:N", "auto").
+        data_dir: Where to look for MNIST / Fashion-MNIST files.
+        checked: What :func:`check_configs` returned for these configs (or more), so that the
+            data is not loaded twice; ``None`` checks them here.
+        progress: Progress bars and stage messages on stderr.
+
+    Yields:
+        One result per config; ``shared_stages`` names the stages measured once and shared
+        with other results of this sweep.
+
+    Raises:
+        ValueError: For a bad config, or a ``checked`` that lacks a config's data.
     """
     configs = list(configs)
-    splits_cache = check_configs(configs, data_dir=data_dir)
+    if checked is None:
+        checked = check_configs(configs, data_dir=data_dir, progress=progress)
+    else:
+        missing = sorted({str(splits_key(c)) for c in configs if splits_key(c) not in checked})
+        if missing:
+            raise ValueError("checked must hold the splits of every config (the result of "
+                             f"check_configs(configs)); missing {', '.join(missing)}")
+    per_preparation = collections.Counter(preparation_key(c) for c in configs)
+    per_split = collections.Counter(splits_key(c) for c in configs)
     prepared: dict[tuple[object, ...], Prepared] = {}
     for config in configs:
-        splits = splits_cache[(config.dataset, config.public_size, config.split_seed)]
         key = preparation_key(config)
         if key not in prepared:
             prepared.clear()  # keep one preparation in memory at a time
-            prepared[key] = prepare(config, device=device, splits=splits, progress=progress)
-        yield run(config, ledger=ledger_for(config), rng=release_rng(config), device=device,
-                  prepared=prepared[key], progress=progress)
+            prepared[key] = prepare(config, device=device, splits=checked[splits_key(config)],
+                                    progress=progress)
+        if per_preparation[key] > 1:
+            shared = tuple(s for s in PREPARED_STAGES if s in prepared[key].seconds)
+        elif per_split[splits_key(config)] > 1:
+            shared = ("data",)
+        else:
+            shared = ()
+        result = run(config, ledger=ledger_for(config), rng=release_rng(config), device=device,
+                     prepared=prepared[key], progress=progress)
+        yield dataclasses.replace(result, shared_stages=shared)
