@@ -58,7 +58,7 @@ def main() -> None:
             print(f"  {name:<16} n={n:>9,}  eps_lower {result.epsilon_lower:.4f}  "
                   f"({result.attack.value})  {seconds:6.2f} s   attainable {best:.4f}   "
                   f"ratio {result.epsilon_lower / best:.3f}")
-    print("positive controls (10^5 samples per side, AUTO attack):")
+    print("positive controls (10^5 samples per side, default policy: resolve_attack):")
     for factory in control_module.CONTROLS:
         mech = factory()
         start = time.perf_counter()

@@ -26,6 +26,7 @@ import numpy as np
 
 from dpkd_audit.audit import Attack, audit_sampler
 from dpkd_audit.audit.controls import SparseVectorNoisyValues
+from dpkd_audit.audit.outputs import prepare_outputs
 
 
 def noisy_max_tuples(x, n, rng):
@@ -70,9 +71,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=1_000_000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--attack", default="auto")
+    parser.add_argument("--attack", default="default",
+                        help="default (the auditor's policy), or an Attack value")
     args = parser.parse_args()
-    attack = Attack(args.attack)
+    attack = None if args.attack == "default" else Attack(args.attack)
     print(f"{'case':34} {'claim':>5} {'true':>5} {'bound':>7} {'verdict':>12} "
           f"{'attack':>10} {'s':>6}")
     for name, sampler, x, xp, claim, true in CASES:
@@ -83,6 +85,12 @@ def main() -> None:
         verdict = verdict.value if verdict is not None else str(res.violation)
         print(f"{name:34} {claim:5g} {true:5g} {res.epsilon_lower:7.4f} {verdict:>12} "
               f"{res.attack.value:>10} {time.perf_counter() - start:6.1f}")
+    rng = np.random.default_rng(args.seed)
+    rows = [tuple(r) for r in rng.random((1_000_000, 10)).tolist()]
+    start = time.perf_counter()
+    prepared = prepare_outputs(rows, len(rows))
+    print(f"prepare_outputs: 10^6 ten-element tuples -> {prepared.kind.value} "
+          f"{prepared.data.shape} in {time.perf_counter() - start:.2f} s")
 
 
 if __name__ == "__main__":

@@ -226,15 +226,20 @@ def test_flags_randomized_response_with_a_wrong_keep_probability():
     assert math.log(3) < result.epsilon_lower <= math.log(9)
 
 
-def test_flags_vector_laplace_with_too_little_noise_with_the_classifier():
-    # Laplace(1/2) on 5 coordinates, neighbours 1 apart in L1: true epsilon 2, claim 1.
+def test_flags_vector_laplace_with_too_little_noise_by_coordinate_and_classifier():
+    # Laplace(1/2) on 5 coordinates, neighbours 1 apart in L1: true epsilon 2, claim 1. The
+    # default policy finds the differing coordinate; the classifier alone flags it too.
     def sample(x, n, rng):
         return np.asarray(x) + rng.laplace(0.0, 0.5, (n, 5))
     result = audit_sampler(sample, np.zeros(5), np.eye(5)[0], epsilon=1.0, n=20_000,
                            rng=rng_(0))
-    assert result.attack is Attack.CLASSIFIER and result.violation
-    assert result.event.startswith("classifier score")
+    assert result.attack is Attack.COORDINATE and result.violation
+    assert result.event.startswith("coordinate 0")
     assert result.epsilon_lower <= 2.0
+    forced = audit_sampler(sample, np.zeros(5), np.eye(5)[0], epsilon=1.0, n=20_000,
+                           rng=rng_(0), attack=Attack.CLASSIFIER)
+    assert forced.violation and forced.event.startswith("classifier score")
+    assert forced.epsilon_lower <= 2.0
 
 
 def test_flags_broken_samplers_with_tuple_and_structured_outputs():

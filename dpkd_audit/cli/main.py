@@ -356,8 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="audit every package mechanism and positive control (exit status 1 "
                         "only if a package mechanism is violated)")
     p.add_argument("--epsilon", type=_positive_float, help="claimed epsilon to audit")
-    p.add_argument("--samples", type=int, default=100_000,
-                   help="samples per side (default 1e5; capped per mechanism by --max-values)")
+    p.add_argument("--samples", type=int, default=1_000_000,
+                   help="samples per side (default 1e6; capped per mechanism by --max-values)")
     p.add_argument("--max-values", type=int, default=5_000_000,
                    help="most output values per side for one mechanism: a mechanism whose "
                         "output is a vector of m values gets at most this / m samples "
