@@ -153,6 +153,11 @@ class _NoisyMax(Mechanism):
             ``(m,)`` int64 labels.
         """
         rng = _validate.check_generator(rng)
+        shape = getattr(vote_matrix, "shape", None)
+        if isinstance(shape, tuple) and len(shape) == 2:
+            # An array: refuse an oversized request before converting it (no int64 copy).
+            _validate.check_output_size(shape[0], self.num_classes, name="vote_matrix rows",
+                                        what="noise draws per row")
         matrix = check_vote_histograms(vote_matrix, self.num_classes, name="vote_matrix",
                                        ndim=2)
         _validate.check_output_size(matrix.shape[0], self.num_classes, name="vote_matrix rows",
