@@ -203,7 +203,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         raise ValueError("give one MECHANISM, or --all (see `dpkd mechanisms` and the README)")
     plot_path = output_file(args.plot, "--plot") if args.plot else None
     targets = audit_targets(include_controls=True) if args.all else [find_target(args.mechanism)]
-    attack = Attack(args.attack.replace("-", "_")) if args.attack else None
+    attack = Attack(args.attack) if args.attack else None
     rng = np.random.default_rng(args.seed)
     records = []
     progress = _progress(len(targets), enabled=args.all and not args.json)
@@ -266,6 +266,17 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from exc
     if not (value > 0 and value < float("inf")):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _attack_name(text: str) -> str:
+    """An :class:`~dpkd_audit.audit.attacks.Attack` value (``float_bits`` or ``float-bits``)."""
+    from dpkd_audit.audit.attacks import Attack
+
+    value = text.strip().lower().replace("-", "_")
+    names = [a.value for a in Attack]
+    if value not in names:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(names)}; got {text!r}")
     return value
 
 
@@ -363,10 +374,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "output is a vector of m values gets at most this / m samples "
                         "(default 5e6)")
     p.add_argument("--confidence", type=float, default=0.95, help="confidence (default 0.95)")
-    p.add_argument("--attack", choices=["auto", "auto-real", "threshold", "histogram",
-                                        "classifier", "coordinate", "float-bits"],
-                   help="force an attack (default: auto-real for textbook float samplers, "
-                        "auto for the others; the result says which ran and why)")
+    p.add_argument("--attack", type=_attack_name, metavar="ATTACK",
+                   help="force an attack, by the name the JSON records use (auto, auto_real, "
+                        "threshold, histogram, classifier, coordinate, float_bits; dashes "
+                        "accepted) (default: auto_real for textbook float samplers, auto for "
+                        "the others; the result says which ran and why)")
     p.add_argument("--seed", type=int, default=0, help="seed of the audit's randomness")
     p.add_argument("--plot", help="write a PNG plot of the results to this path")
     p.add_argument("--json", action="store_true", help="print JSON")
