@@ -27,7 +27,7 @@ from dpkd_audit.audit import (
     epsilon_lower_bound,
 )
 from dpkd_audit.audit.attacks import auto_attacks
-from dpkd_audit.audit.auditor import resolve_attack
+from dpkd_audit.audit.auditor import mechanism_sampler, resolve_attack
 from dpkd_audit.audit.outputs import OutputKind
 from dpkd_audit.mechanisms import CATALOGUE, DiscreteLaplace, Laplace, RandomizedResponse
 
@@ -170,13 +170,7 @@ def test_catalogue_audits_catch_a_mechanism_at_twice_its_claim(entry):
     mech = entry.audited()
     name = type(mech).__name__
     result = audit_mechanism(mech, n=TWICE_N.get(name, 200_000), rng=rng_(11))
-    x, x_prime = mech.neighbours()
-    view = mech.audit_view(x, x_prime)
-
-    def sampler(value, k, gen):
-        out = mech.sample(value, k, rng=gen)
-        return out if view is None else view.apply(out)
-
+    sampler, (x, x_prime), _ = mechanism_sampler(mech)
     halved = audit_sampler(sampler, x, x_prime, epsilon=mech.epsilon / 2, delta=mech.delta,
                            n=TWICE_N.get(name, 200_000), rng=rng_(11),
                            attack=resolve_attack(None, mech)[0])
@@ -484,10 +478,10 @@ def test_default_confidence_is_95_percent():
 
 
 def test_verdicts():
-    from dpkd_audit.audit.auditor import POWER_FRACTION, _verdict
+    from dpkd_audit.audit.auditor import POWER_FRACTION, verdict_of
 
-    assert _verdict(0.0, 1.0) is Verdict.INCONCLUSIVE
-    assert _verdict(POWER_FRACTION * 0.99, 1.0) is Verdict.INCONCLUSIVE
-    assert _verdict(POWER_FRACTION, 1.0) is Verdict.CONSISTENT
-    assert _verdict(1.0, 1.0) is Verdict.CONSISTENT
-    assert _verdict(1.0 + 1e-12, 1.0) is Verdict.VIOLATION
+    assert verdict_of(0.0, 1.0) is Verdict.INCONCLUSIVE
+    assert verdict_of(POWER_FRACTION * 0.99, 1.0) is Verdict.INCONCLUSIVE
+    assert verdict_of(POWER_FRACTION, 1.0) is Verdict.CONSISTENT
+    assert verdict_of(1.0, 1.0) is Verdict.CONSISTENT
+    assert verdict_of(1.0 + 1e-12, 1.0) is Verdict.VIOLATION

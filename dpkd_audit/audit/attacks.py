@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import warnings
 from collections.abc import Callable
 
@@ -510,8 +511,13 @@ def select_event(a: Outputs, b: Outputs, attack: Attack, sel: Selection,
             raise ValueError(f"attack {chosen.name} does not apply to {a.kind.value} outputs; "
                              f"use one of {', '.join(usable)}")
     halves = split_selection(a, b)
-    spec = (FeatureSpec.fit(halves.propose_a, halves.propose_b)
-            if a.kind is not OutputKind.OBJECT else None)
+    vector = a.kind in (OutputKind.ARRAY, OutputKind.STRUCTURED)
+
+    @functools.cache
+    def features() -> FeatureSpec:
+        """Fitted once, and only if an attack uses it (classifier; vectors' discrete part)."""
+        return FeatureSpec.fit(halves.propose_a, halves.propose_b)
+
     candidates = []
     for chosen in attacks:
         if chosen is Attack.THRESHOLD:
@@ -520,14 +526,12 @@ def select_event(a: Outputs, b: Outputs, attack: Attack, sel: Selection,
                 (halves.score_a.data, halves.score_b.data), sel))
         elif chosen is Attack.HISTOGRAM:
             candidates.append(histogram_candidate(halves, sel, coder))
-            if spec is not None and a.kind in (OutputKind.ARRAY, OutputKind.STRUCTURED) \
-                    and spec.has_discrete_part:
-                candidates.append(projection_candidate(halves, sel, spec))
+            if vector and features().has_discrete_part:
+                candidates.append(projection_candidate(halves, sel, features()))
         elif chosen is Attack.FLOAT_BITS:
             candidates.append(float_bits_candidate(halves, sel))
         elif chosen is Attack.COORDINATE:
             candidates.append(coordinate_candidate(halves, sel))
         else:
-            candidates.append(classifier_candidate(
-                halves, sel, spec or FeatureSpec.fit(halves.propose_a, halves.propose_b)))
+            candidates.append(classifier_candidate(halves, sel, features()))
     return max(candidates, key=lambda c: c.criterion)

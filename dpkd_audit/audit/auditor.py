@@ -28,7 +28,7 @@ import enum
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,8 +37,12 @@ from dpkd_audit.audit.attacks import Attack, Candidate, Selection, select_event
 from dpkd_audit.audit.bounds import epsilon_lower_bound
 from dpkd_audit.audit.outputs import KeyCoder, Outputs, prepare_outputs
 
+if TYPE_CHECKING:
+    from dpkd_audit.mechanisms.base import AuditView
+
 __all__ = ["DEFAULT_SAMPLES", "MIN_SAMPLES", "POWER_FRACTION", "AuditResult", "Verdict",
-           "audit_mechanism", "audit_sampler", "resolve_attack"]
+           "audit_mechanism", "audit_sampler", "mechanism_sampler", "resolve_attack",
+           "verdict_of"]
 
 #: Default number of outputs per input (selection and bounding parts together).
 DEFAULT_SAMPLES = 100_000
@@ -75,7 +79,8 @@ class Verdict(enum.Enum):
     INCONCLUSIVE = "inconclusive"
 
 
-def _verdict(lower: float, claimed: float) -> Verdict:
+def verdict_of(lower: float, claimed: float) -> Verdict:
+    """The verdict of a lower bound against a claim (the rule of :class:`Verdict`)."""
     if lower > claimed:
         return Verdict.VIOLATION
     if lower >= POWER_FRACTION * claimed and lower > 0.0:
@@ -176,23 +181,19 @@ class AuditResult:
 
 # --------------------------------------------------------------------------- helpers
 
-def default_selection_fraction(n: int) -> float:
-    """Default share of the outputs used for selection: 20% at every ``n``.
-
-    The selection part is itself split in half (proposal and held-out scoring, see
-    :func:`~dpkd_audit.audit.attacks.select_event`), so it needs more than the 10% that served
-    a single selection set. Measured (mean of 4 seeds, default policy): at 10^6 per side, 20%
-    against 10% gives Laplace eps=1 0.992 (0.992), Gaussian (1, 1e-5) 0.712 (0.611), a Gaussian
-    with half the noise 1.571 (1.436), 10-ary RR 0.988 (0.987), discrete Gaussian 0.625
-    (0.616); at 10^5 the two are within seed noise (Laplace 0.978 vs 0.977, RR 0.974 vs 0.963,
-    Gaussian 0.470 vs 0.480). 30% was no better (``n`` is kept for callers that tune it).
-    """
-    del n
-    return 0.2
+#: Default share of the outputs used for selection, at every ``n``. The selection part is
+#: itself split in half (proposal and held-out scoring, see
+#: :func:`~dpkd_audit.audit.attacks.select_event`), so it needs more than the 10% that served a
+#: single selection set. Measured (mean of 4 seeds, default policy): at 10^6 per side, 20%
+#: against 10% gives Laplace eps=1 0.992 (0.992), Gaussian (1, 1e-5) 0.712 (0.611), a Gaussian
+#: with half the noise 1.571 (1.436), 10-ary RR 0.988 (0.987), discrete Gaussian 0.625 (0.616);
+#: at 10^5 the two are within seed noise (Laplace 0.978 vs 0.977, RR 0.974 vs 0.963, Gaussian
+#: 0.470 vs 0.480). 30% was no better.
+DEFAULT_SELECTION_FRACTION = 0.2
 
 
 def _split(n: int, selection_fraction: float | None) -> tuple[int, int]:
-    frac = default_selection_fraction(n) if selection_fraction is None else selection_fraction
+    frac = DEFAULT_SELECTION_FRACTION if selection_fraction is None else selection_fraction
     m = min(max(round(n * frac), MIN_PART), n - MIN_PART)
     return m, n - m
 
@@ -264,7 +265,7 @@ def audit_sampler(sampler: Sampler, x: Any, x_prime: Any, *, epsilon: float,
             on the real-valued outputs; AUTO adds the floating-point artefacts; see
             :func:`resolve_attack`).
         selection_fraction: Share of the ``n`` outputs used for selection, in (0, 1); default
-            :func:`default_selection_fraction`.
+            :data:`DEFAULT_SELECTION_FRACTION`.
         mechanism: Name recorded in the result.
         policy: Why this attack policy (recorded; default from :func:`resolve_attack`).
 
@@ -305,7 +306,7 @@ def audit_sampler(sampler: Sampler, x: Any, x_prime: Any, *, epsilon: float,
     lower = epsilon_lower_bound(k_1, total, k_0, total, delta=delta, confidence=confidence)
     return AuditResult(
         epsilon_lower=lower, epsilon_claimed=epsilon, delta=delta, confidence=confidence,
-        violation=lower > epsilon, verdict=_verdict(lower, epsilon), attack=candidate.attack,
+        violation=lower > epsilon, verdict=verdict_of(lower, epsilon), attack=candidate.attack,
         policy=policy, event=candidate.description,
         direction=FORWARD if candidate.forward else BACKWARD, samples_per_side=n,
         selection_samples=m, bound_samples=total, counts=(hits_x, hits_xp),
@@ -335,7 +336,8 @@ def audit_mechanism(mechanism: Any, *, n: int = DEFAULT_SAMPLES, confidence: flo
         rng: The randomness.
         attack: How to choose the event (default ``None``: the policy of
             :func:`resolve_attack`, the same as ``dpkd audit``'s).
-        selection_fraction: Share of the outputs used for selection (default by ``n``).
+        selection_fraction: Share of the outputs used for selection (default
+            :data:`DEFAULT_SELECTION_FRACTION`).
 
     Returns:
         The :class:`AuditResult` (``mechanism`` set to the class name).
@@ -349,11 +351,32 @@ def audit_mechanism(mechanism: Any, *, n: int = DEFAULT_SAMPLES, confidence: flo
                              f"epsilon; {type(mechanism).__name__} has no {attr!r}")
     epsilon = _validate.check_epsilon(mechanism.epsilon, "mechanism.epsilon")
     delta = _validate.check_delta(getattr(mechanism, "delta", 0.0), "mechanism.delta")
+    sampler, pair, view = mechanism_sampler(mechanism)
+    attack, policy = resolve_attack(attack, mechanism)
+    if view is not None:  # post-processing: a bound on the view is a bound on the mechanism
+        policy += f"; outputs reduced by the mechanism's audit view: {view.description}"
+    return audit_sampler(sampler, *pair, epsilon=epsilon, delta=delta, n=n,
+                         confidence=confidence, rng=rng, attack=attack,
+                         selection_fraction=selection_fraction,
+                         mechanism=type(mechanism).__name__, policy=policy)
+
+
+def mechanism_sampler(mechanism: Any) -> tuple[Sampler, tuple[Any, Any], AuditView | None]:
+    """The sampler an audit of ``mechanism`` draws from, on its ``neighbours()`` pair.
+
+    ``mechanism.sample`` followed by ``mechanism.audit_view(x, x')`` when the mechanism gives
+    one (a fixed public post-processing: a bound on the view is a bound on the mechanism).
+
+    Returns:
+        ``(sampler, (x, x'), view)``; ``view`` is ``None`` when the raw outputs are audited.
+
+    Raises:
+        ValueError: If ``neighbours()`` does not return a pair.
+    """
     pair = mechanism.neighbours()
     if not isinstance(pair, tuple | list) or len(pair) != 2:
         raise ValueError(f"mechanism.neighbours() must return a pair (x, x'); got "
                          f"{type(pair).__name__}")
-
     view_of = getattr(mechanism, "audit_view", None)
     view = view_of(pair[0], pair[1]) if callable(view_of) else None
 
@@ -361,10 +384,4 @@ def audit_mechanism(mechanism: Any, *, n: int = DEFAULT_SAMPLES, confidence: flo
         out = mechanism.sample(value, k, rng=gen)
         return out if view is None else view.apply(out)
 
-    attack, policy = resolve_attack(attack, mechanism)
-    if view is not None:  # post-processing: a bound on the view is a bound on the mechanism
-        policy += f"; outputs reduced by the mechanism's audit view: {view.description}"
-    return audit_sampler(sampler, pair[0], pair[1], epsilon=epsilon, delta=delta, n=n,
-                         confidence=confidence, rng=rng, attack=attack,
-                         selection_fraction=selection_fraction,
-                         mechanism=type(mechanism).__name__, policy=policy)
+    return sampler, (pair[0], pair[1]), view

@@ -14,11 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dpkd_audit.audit.auditor import verdict_of
+
 __all__ = ["audit_figure", "audit_markdown_table", "plot_audit", "record_verdict"]
-
-#: Same rule as :data:`dpkd_audit.audit.auditor.POWER_FRACTION` for records without a verdict.
-_POWER_FRACTION = 0.5
-
 
 def _fmt(value: Any, digits: int = 4) -> str:
     if value is None:
@@ -31,13 +29,14 @@ def _fmt(value: Any, digits: int = 4) -> str:
 
 
 def record_verdict(record: dict[str, Any]) -> str:
-    """``violation``, ``consistent`` or ``inconclusive`` (a bound of 0 is never "ok")."""
+    """``violation``, ``consistent`` or ``inconclusive`` (a bound of 0 is never "ok").
+
+    The record's own verdict when it has one, else the auditor's rule
+    (:func:`~dpkd_audit.audit.auditor.verdict_of`) applied to its bound and claim.
+    """
     if record.get("verdict"):
         return str(record["verdict"])
-    claimed, lower = float(record["epsilon_claimed"]), float(record["epsilon_lower"])
-    if lower > claimed:
-        return "violation"
-    return "consistent" if lower > 0 and lower >= _POWER_FRACTION * claimed else "inconclusive"
+    return verdict_of(float(record["epsilon_lower"]), float(record["epsilon_claimed"])).value
 
 
 _VERDICT_TEXT = {"violation": "VIOLATION", "consistent": "no violation",
