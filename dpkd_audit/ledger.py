@@ -104,7 +104,7 @@ class Ledger:
     """A privacy budget filter, in memory or persisted in an SQLite file.
 
     Args:
-        epsilon: Budget epsilon (finite, > 0).
+        epsilon: Budget epsilon (finite, > 0; ``math.inf`` only with ``unbounded=True``).
         delta: Budget delta in [0, 1). With delta = 0 the default accountant is basic (pure)
             composition.
         accountant: An *empty* accountant used as the template for accounting (default:
@@ -115,6 +115,11 @@ class Ledger:
         key: MAC key (bytes or text, at least 16 bytes) protecting the file with HMAC-SHA256.
         key_file: A file holding the MAC key (instead of ``key``). Without either, the key is
             read from ``DPKD_LEDGER_KEY`` (the key) or ``DPKD_LEDGER_KEY_FILE`` (a path) if set.
+        unbounded: With ``epsilon=math.inf``, a ledger that refuses nothing and only records,
+            for runs whose record-level epsilon is infinite anyway (a published pipeline's
+            ``NonPrivateDpEvent``, which a finite budget refuses). Explicit, so that an
+            infinite epsilon computed by mistake never becomes a budget that cannot run out.
+            ``Ledger.open`` adopts a stored unbounded budget.
 
     Raises:
         ValueError: For bad parameters (the message names the parameter).
@@ -132,8 +137,14 @@ class Ledger:
     def __init__(self, *, epsilon: float, delta: float = 0.0,
                  accountant: Accountant | None = None, path: str | os.PathLike | None = None,
                  timeout: float = 60.0, key: bytes | str | None = None,
-                 key_file: str | os.PathLike | None = None) -> None:
-        epsilon = _validate.check_epsilon(epsilon)
+                 key_file: str | os.PathLike | None = None, unbounded: bool = False) -> None:
+        if not isinstance(unbounded, bool):
+            raise ValueError(f"unbounded must be a bool; got {unbounded!r}")
+        if unbounded:
+            if epsilon != math.inf:
+                raise ValueError(f"unbounded=True needs epsilon=math.inf; got epsilon={epsilon!r}")
+        else:
+            epsilon = _validate.check_epsilon(epsilon)  # finite: an infinite budget is opt-in
         delta = _validate.check_delta(delta)
         if accountant is None:
             accountant = PureAccountant()
@@ -465,7 +476,7 @@ class Ledger:
 
     def _adopt_identity(self, meta: dict[str, str], *, adopt: bool) -> None:
         try:
-            epsilon = _validate.check_epsilon(float(meta["epsilon"]))
+            epsilon = _validate.check_positive("epsilon", float(meta["epsilon"]), allow_inf=True)
             delta = _validate.check_delta(float(meta["delta"]))
             spec = parse_spec(meta["accountant"])
             if spec.get("neighboring_relation") != meta["neighboring_relation"]:

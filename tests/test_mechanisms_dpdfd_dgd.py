@@ -325,3 +325,35 @@ def test_latent_neighbours_span_the_sensitivity():
     assert loss.max() <= 0.5 + 1e-12
     y_far = np.full(6, 10.0)
     assert (np.abs(y_far - lo) - np.abs(y_far - hi)).sum() / mech.scale == pytest.approx(0.5)
+
+
+def test_srr_batch_charges_the_ledger_before_drawing_and_never_on_bad_input():
+    from dp_accounting import dp_event as _dp
+
+    from dpkd_audit.errors import BudgetExceededError
+    from dpkd_audit.ledger import Ledger
+
+    mech = SelectiveRandomizedResponse(epsilon=1.0, num_classes=4)
+    labels, probs = np.array([0, 1, 2]), np.tile(GOOD_PROBS, (3, 1))
+    ledger = Ledger(epsilon=5.0)
+    rng = np.random.default_rng(3)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match="teacher_labels"):   # invalid: nothing charged
+        mech.randomize_batch(labels[:2], probs, rng=rng, ledger=ledger)
+    assert ledger.charges() == []
+    out = mech.randomize_batch(labels, probs, rng=rng, ledger=ledger, label="stage 1")
+    (charge,) = ledger.charges()
+    assert charge.label == "stage 1"
+    assert charge.event == _dp.SelfComposedDpEvent(mech.event, 3)
+    assert np.array_equal(out, mech.randomize_batch(labels, probs,
+                                                    rng=_restored(state)))
+    state = rng.bit_generator.state
+    with pytest.raises(BudgetExceededError):                  # 3 + 3 > 5: refused, no draw
+        mech.randomize_batch(labels, probs, rng=rng, ledger=ledger)
+    assert len(ledger.charges()) == 1 and rng.bit_generator.state == state
+
+
+def _restored(state):
+    rng = np.random.default_rng()
+    rng.bit_generator.state = state
+    return rng

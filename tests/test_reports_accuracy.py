@@ -497,3 +497,18 @@ def test_results_overview_renders_table_notes_and_sources(tmp_path, monkeypatch)
         results_overview([])
     with pytest.raises(FileNotFoundError, match=r"no results\.jsonl or result\.json"):
         results_overview([tmp_path])
+
+
+def test_results_overview_shows_teacher_beside_student(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    records = [_record(10.0, 0.95, method="dpdfd", mode="published", teacher_accuracy=0.9918,
+                       epsilon_record_level=None),
+               _record(1.0, 0.7565, method="dpdfd", mode="sound", teacher_accuracy=0.9531)]
+    folder = _write_folder(Path("reports"), "dpdfd", records)
+    text = results_overview([folder])
+    assert ("dpdfd mnist published eps=10, seed 0: teacher 99.18% / student 95.00%; "
+            "dpdfd mnist sound eps=1, seed 0: teacher 95.31% / student 75.65%.") in text
+    assert "Teacher and student" not in results_overview(
+        [_write_folder(Path("reports"), "rknn", [_record(1.0, 0.9)])])
+    with pytest.raises(ValueError, match="teacher_accuracy"):
+        validate_record(_record(1.0, 0.9, teacher_accuracy=1.5))

@@ -236,25 +236,41 @@ def _cmd_sweep_rknn(args: argparse.Namespace) -> int:
     return 0
 
 
-def write_sweep_report(out: Path, *, command: str, dataset: str) -> tuple[Path, Path]:
+def write_sweep_report(out: Path, *, command: str, dataset: str,
+                       method_title: str = "Reverse k-NN", page_title: str | None = None,
+                       notes: str = "", show_label_accuracy: bool = True) -> tuple[Path, Path]:
     """Write ``OUT/accuracy.png`` and ``OUT/README.md`` of a sweep from ``OUT/results.jsonl``.
 
     Built from the saved records alone (so a committed sweep's page can be rebuilt without
     rerunning it).
 
+    Args:
+        out: The sweep's folder.
+        command: The command that made it.
+        dataset: Dataset name for the titles.
+        method_title: Method name for the plot title.
+        page_title: The page's heading (default: "Reverse k-NN labelling on DATASET").
+        notes: Markdown added at the end of the page (what the epsilons mean, ...).
+        show_label_accuracy: Draw label accuracy as dashed lines.
+
     Returns:
         The paths of the plot and of the page.
     """
-    from dpkd_audit.reports.accuracy import load_records, plot_accuracy, sweep_readme
+    from dpkd_audit.reports.accuracy import plot_accuracy
+    from dpkd_audit.reports.records import load_records
+    from dpkd_audit.reports.tables import sweep_readme
 
     records = load_records(out / "results.jsonl")
     plot = plot_accuracy(records, out / "accuracy.png",
-                         title=f"Reverse k-NN on {dataset}: accuracy vs epsilon",
-                         show_label_accuracy=True)
+                         title=f"{method_title} on {dataset}: accuracy vs epsilon",
+                         show_label_accuracy=show_label_accuracy)
     readme = sweep_readme(records, command=command,
-                          title=f"Reverse k-NN labelling on {dataset}", plot_name=plot.name)
+                          title=page_title or f"Reverse k-NN labelling on {dataset}",
+                          plot_name=plot.name)
     readme += ("\nEach run is a separate experiment with its own budget (a fresh ledger); "
                "releasing all of them on the same private data would compose.\n")
+    if notes:
+        readme += "\n" + notes.rstrip() + "\n"
     (out / "README.md").write_text(readme)
     return plot, out / "README.md"
 
@@ -308,6 +324,7 @@ def add_pipeline_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the result record")
     _add_rknn_arguments(p)
     p.set_defaults(func=_cmd_run_rknn)
+    run_methods = methods
 
     sweep = sub.add_parser("sweep", help="several runs; writes results.jsonl, a plot and a "
                                          "README")
@@ -335,6 +352,10 @@ def add_pipeline_parsers(sub: argparse._SubParsersAction) -> None:
     _add_rknn_arguments(p)
     p.set_defaults(func=_cmd_sweep_rknn, seed=0)
 
+    from dpkd_audit.cli.dpdfd import add_dpdfd_parsers
+
+    add_dpdfd_parsers(run_methods, methods)
+
     p = sub.add_parser(
         "results", help="Markdown results table of saved records (the README's results section)",
         description="Reads result records (results.jsonl of a sweep, result.json of a run, or "
@@ -348,7 +369,7 @@ def add_pipeline_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_results(args: argparse.Namespace) -> int:
-    from dpkd_audit.reports.accuracy import results_overview
+    from dpkd_audit.reports.tables import results_overview
 
     print(results_overview(args.paths), end="")
     return 0

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from dp_accounting import dp_event as _dp
@@ -33,6 +33,9 @@ from dp_accounting import dp_event as _dp
 from dpkd_audit import _validate
 from dpkd_audit.events import SelectiveRandomizedResponseDpEvent
 from dpkd_audit.mechanisms.base import Mechanism, Norm, Sensitivity
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dpkd_audit.ledger import Ledger
 
 __all__ = ["SelectiveRandomizedResponse", "check_probability_vectors"]
 
@@ -214,6 +217,27 @@ class SelectiveRandomizedResponse(Mechanism):
             pmf[mask] = 1.0 / size
         return pmf
 
+    def release_channel(self, student_probs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The law of each row's release given its teacher label, in compact form.
+
+        For row i with candidate set I_i (mask), ``keep_i`` = e^eps / (e^eps + |I_i| - 1) and
+        ``other_i`` = 1 / (e^eps + |I_i| - 1): a teacher label a in I_i is released as a with
+        probability ``keep_i`` and as each other member of I_i with ``other_i``; a label outside
+        I_i as each member with 1 / |I_i| (Algorithm 1, lines 8-11; :meth:`output_pmf` row by
+        row). Everything here is a function of the public student probabilities, so a learner
+        may use it to undo the label noise (forward correction, Patrini et al. CVPR 2017).
+
+        Args:
+            student_probs: ``(m, k)`` probability vectors (the ones the labels were drawn with).
+
+        Returns:
+            ``(mask, keep, other)``: bool ``(m, k)``, float64 ``(m,)`` and ``(m,)``.
+        """
+        probs = check_probability_vectors(student_probs, self.num_classes, ndim=2)
+        mask = self._selected(probs)
+        keep = np.asarray(self._keep_probability(mask.sum(axis=1)), dtype=np.float64)
+        return mask, keep, keep * math.exp(-self.epsilon)
+
     # ------------------------------------------------------------------ mechanism contract
     def _check_value(self, value: Any) -> tuple[int, np.ndarray]:
         if not isinstance(value, (tuple, list)) or len(value) != 2:
@@ -239,15 +263,21 @@ class SelectiveRandomizedResponse(Mechanism):
         return members[rng.integers(0, members.size, size=n)].astype(np.int64)
 
     def randomize_batch(self, teacher_labels: Any, student_probs: Any, *,
-                        rng: np.random.Generator) -> np.ndarray:
+                        rng: np.random.Generator, ledger: Ledger | None = None,
+                        label: str | None = None) -> np.ndarray:
         """One independent release per row, vectorised (no Python loop over rows).
 
-        Not charged to any ledger: the caller charges ``m`` copies of :attr:`event` first.
+        The inputs are validated completely before anything is charged; with a ``ledger``,
+        ``SelfComposedDpEvent(event, m)`` (one selective-RR release per row) is then charged,
+        and nothing is drawn if the ledger refuses (``BudgetExceededError``), as in
+        :meth:`release`.
 
         Args:
             teacher_labels: ``(m,)`` integer labels in [0, k).
             student_probs: ``(m, k)`` probability vectors (public).
             rng: Source of randomness.
+            ledger: Charged with the ``m`` releases before any label is drawn.
+            label: The charge's description (default: the mechanism's label and ``m``).
 
         Returns:
             ``(m,)`` int64 released labels.
@@ -255,6 +285,9 @@ class SelectiveRandomizedResponse(Mechanism):
         rng = _validate.check_generator(rng)
         probs = check_probability_vectors(student_probs, self.num_classes, ndim=2)
         labels = _check_labels(teacher_labels, self.num_classes, probs.shape[0])
+        if ledger is not None:
+            ledger.charge(_dp.SelfComposedDpEvent(self.event, int(labels.size)),
+                          label=label or f"{self.label} x {labels.size}")
         mask = self._selected(probs)
         m = labels.size
         rows = np.arange(m)

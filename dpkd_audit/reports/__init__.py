@@ -4,23 +4,24 @@ Nothing here imports the pipelines or torch: reports are built from records (dic
 only, so they can be regenerated from committed ``results.jsonl`` files.
 """
 
-from dpkd_audit.reports.accuracy import (
-    PARTIAL_SECONDS_MARK,
+from dpkd_audit.reports.accuracy import accuracy_figure, plot_accuracy
+from dpkd_audit.reports.audit import audit_markdown_table, plot_audit
+from dpkd_audit.reports.records import (
     REQUIRED_KEYS,
     SETUP_KEYS,
-    TABLE_COLUMNS,
     Metric,
-    accuracy_figure,
     load_records,
+    validate_record,
+)
+from dpkd_audit.reports.references import PAPER_REFERENCES, PaperReference, references_for
+from dpkd_audit.reports.tables import (
+    PARTIAL_SECONDS_MARK,
+    TABLE_COLUMNS,
     markdown_table,
-    plot_accuracy,
     results_overview,
     seconds_note,
     sweep_readme,
-    validate_record,
 )
-from dpkd_audit.reports.audit import audit_markdown_table, plot_audit
-from dpkd_audit.reports.references import PAPER_REFERENCES, PaperReference, references_for
 
 __all__ = [
     "PAPER_REFERENCES",

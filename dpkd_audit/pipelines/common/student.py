@@ -31,6 +31,7 @@ import enum
 import math
 import numbers
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,9 @@ __all__ = [
     "StudentConfig",
     "StudentOptimizer",
     "StudentResult",
+    "augment_batch",
     "build_student",
+    "fit_classifier",
     "predict",
     "train_student",
 ]
@@ -321,7 +324,8 @@ def _to_tensor(images: np.ndarray, device: torch.device) -> torch.Tensor:
     return tensor.to(device).unsqueeze(1).float().div_(255.0)
 
 
-def _augment(x: torch.Tensor, generator: torch.Generator, config: StudentConfig) -> torch.Tensor:
+def augment_batch(x: torch.Tensor, generator: torch.Generator,
+                  config: StudentConfig) -> torch.Tensor:
     """Random rotation, zoom and shift of a batch via ``affine_grid``/``grid_sample``."""
     n = x.shape[0]
     u = torch.rand(n, 4, generator=generator, dtype=torch.float32) * 2.0 - 1.0  # CPU draws
@@ -433,6 +437,27 @@ def train_student(train_images: np.ndarray, train_targets: np.ndarray, *, num_cl
             ``seed`` or ``device``.
         FloatingPointError: If the training loss becomes non-finite (lower the learning rate).
     """
+    return fit_classifier(
+        lambda shape, generator: build_student(shape, num_classes, config.width,
+                                               generator=generator),
+        train_images, train_targets, num_classes=num_classes, test_images=test_images,
+        test_labels=test_labels, config=config, seed=seed, device=device, progress=progress,
+        desc="student")
+
+
+def fit_classifier(build: Callable[[tuple[int, int], torch.Generator], nn.Module],
+                   train_images: np.ndarray, train_targets: np.ndarray, *, num_classes: int,
+                   test_images: np.ndarray, test_labels: np.ndarray, config: StudentConfig,
+                   seed: int, device: torch.device, progress: bool = True,
+                   desc: str = "classifier") -> StudentResult:
+    """Train the model ``build(image_shape, generator)`` returns, as :func:`train_student` does.
+
+    The training loop of every classifier of the pipelines (students, non-private teachers):
+    ``config`` sets the optimizer, schedule, augmentation and label smoothing (``config.width``
+    is the builder's business). Arguments and errors are those of :func:`train_student`;
+    ``build`` receives the image shape and the seeded CPU generator and returns a CPU model
+    taking ``(n, 1, h, w)`` floats in [0, 1]; ``desc`` names the progress bar.
+    """
     start = time.perf_counter()
     _validate.check_int("num_classes", num_classes, minimum=2)
     train_images = _check_images("train_images", train_images)
@@ -452,8 +477,7 @@ def train_student(train_images: np.ndarray, train_targets: np.ndarray, *, num_cl
     device = resolve_device(device)
 
     generator = torch.Generator().manual_seed(seed)
-    model = build_student(train_images.shape[1:], num_classes, config.width,
-                          generator=generator).to(device)
+    model = build(tuple(train_images.shape[1:]), generator).to(device)
     x_train = _to_tensor(train_images, device)
     y_train = torch.from_numpy(targets).to(device)
     x_test = _to_tensor(test_images, device)
@@ -466,7 +490,7 @@ def train_student(train_images: np.ndarray, train_targets: np.ndarray, *, num_cl
 
     accuracies: list[float] = []
     losses: list[float] = []
-    bar = progress_counter(enabled=progress, desc="student", total=config.epochs, unit="epoch")
+    bar = progress_counter(enabled=progress, desc=desc, total=config.epochs, unit="epoch")
     for epoch in range(config.epochs):
         model.train()
         order = torch.randperm(n, generator=generator)
@@ -475,7 +499,7 @@ def train_student(train_images: np.ndarray, train_targets: np.ndarray, *, num_cl
             batch = batch.to(device)
             xb = x_train[batch]
             if config.augment:
-                xb = _augment(xb, generator, config)
+                xb = augment_batch(xb, generator, config)
             loss = F.cross_entropy(model(xb), y_train[batch], label_smoothing=smoothing)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

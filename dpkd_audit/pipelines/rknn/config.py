@@ -8,6 +8,7 @@ from typing import Any
 
 from dpkd_audit import _validate
 from dpkd_audit.data import DatasetName
+from dpkd_audit.pipelines.common.config import Preset, parse_enum, plain
 from dpkd_audit.pipelines.common.encoder import EncoderConfig
 from dpkd_audit.pipelines.common.representations import RepresentationConfig, RepresentationKind
 from dpkd_audit.pipelines.common.student import StudentConfig
@@ -58,21 +59,7 @@ class CentralNoise(enum.StrEnum):
     CONTINUOUS = "continuous"
 
 
-class Preset(enum.StrEnum):
-    """Named configurations."""
-
-    #: CPU-sized: hand-made or small learned representation, short student training.
-    SMALL = "small"
-    #: GPU-sized: the paper's s = 40, a longer encoder and student training.
-    PAPER = "paper"
-
-
-def _enum(kind: type[enum.StrEnum], name: str, value: Any) -> Any:
-    try:
-        return kind(value)
-    except ValueError:
-        raise ValueError(f"{name} must be one of {[m.value for m in kind]}; got {value!r}") \
-            from None
+_enum = parse_enum
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -210,12 +197,4 @@ class RknnConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dictionary (enums as their values)."""
-        def plain(value: Any) -> Any:
-            if isinstance(value, enum.Enum):
-                return value.value
-            if dataclasses.is_dataclass(value):
-                return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-            if isinstance(value, (tuple, list)):
-                return [plain(v) for v in value]
-            return value
         return plain(self)

@@ -1,0 +1,243 @@
+"""``dpkd run dpdfd`` and ``dpkd sweep dpdfd``: DP-DFD records, as published and sound.
+
+Shares the record writing, ``--resume`` / ``--force`` and the sweep report with reverse k-NN
+(:mod:`dpkd_audit.cli.pipelines`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from dpkd_audit.cli.paths import output_file
+from dpkd_audit.cli.pipelines import (
+    _command,
+    _done_keys,
+    _float_list,
+    _int_list,
+    _out_dir,
+    _write_json,
+    write_sweep_report,
+)
+
+__all__ = ["add_dpdfd_parsers"]
+
+_DATASETS = ["digits", "mnist", "fashion-mnist"]
+_MODES = ["published", "sound"]
+
+#: What the epsilons of a DP-DFD sweep mean (appended to its README).
+SWEEP_NOTES = """\
+**What epsilon means here.** In `published` rows, epsilon is the paper's figure: the epsilon of
+*one* released label (selective randomized response). It is not a record-level guarantee: the
+teacher saw the private records without noise and the generator was fitted to its BatchNorm
+running statistics, so the record-level epsilon is infinite (the ledger holds a
+`NonPrivateDpEvent`); even setting that aside, Q labels from one teacher compose to Q * eps
+(`epsilon_labels_composed` in each record). In `sound` rows, epsilon is the record-level
+(epsilon, delta = 1e-5) guarantee of the whole run: the teacher is trained with DP-SGD (its
+event charged to the ledger, RDP; the PLD figure is in the record) and everything after it is
+post-processing; its labels also carry a per-label epsilon (`epsilon_per_label`). The two
+kinds of epsilon are not comparable: the plot puts them on one axis only for compactness.
+"""
+
+
+def _mode_list(text: str) -> list[str]:
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in values if v not in _MODES]
+    if not values or bad:
+        raise argparse.ArgumentTypeError(f"modes must be among {_MODES}; got {text!r}")
+    return values
+
+
+def _config(args: argparse.Namespace, *, epsilon: float, mode: str) -> Any:
+    from dpkd_audit.pipelines.dpdfd import DpdfdConfig
+
+    overrides: dict[str, Any] = {"dataset": args.dataset, "epsilon": epsilon, "mode": mode,
+                                 "seed": args.seed}
+    if args.label_epsilon is not None:
+        if mode != "sound":
+            raise ValueError("--label-epsilon applies to --mode sound only (in published mode "
+                             "--epsilon is the per-label epsilon)")
+        overrides["label_epsilon"] = args.label_epsilon
+    for name in ("stages", "stage_size"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
+    config = DpdfdConfig.preset_config(args.preset, **overrides)
+    replace = dataclasses.replace
+    if args.teacher_epochs is not None:
+        config = replace(config, teacher=replace(config.teacher, training=replace(
+            config.teacher.training, epochs=args.teacher_epochs)),
+            dp_sgd=replace(config.dp_sgd, epochs=args.teacher_epochs))
+    if args.generator_steps is not None:
+        config = replace(config,
+                         generator=replace(config.generator, steps=args.generator_steps),
+                         sound_generator=replace(config.sound_generator,
+                                                 steps=args.generator_steps))
+    return config
+
+
+def _summary(record: dict[str, Any]) -> str:
+    rl = record["epsilon_record_level"]
+    rl_text = "inf (not DP at record level)" if rl is None else \
+        f"{rl:.4g} (delta {record['delta']:g})"
+    return (f"{record['dataset']} dpdfd {record['mode']} eps={record['epsilon']:g} "
+            f"({record['epsilon_kind']}): student {record['test_accuracy']:.4f}, teacher "
+            f"{record['teacher_accuracy']:.4f}, labels {record['label_accuracy']:.4f}; "
+            f"record-level epsilon {rl_text}; {record['seconds']['total']:.1f} s on "
+            f"{record['device']}")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from dpkd_audit.ledger import Ledger
+    from dpkd_audit.pipelines.dpdfd import check_configs, check_run, label_rng, ledger_for, run
+    from dpkd_audit.provenance import provenance
+
+    config = _config(args, epsilon=args.epsilon, mode=args.mode)
+    data = check_configs([config], data_dir=args.data_dir, progress=not args.quiet)
+    if args.ledger:
+        output_file(args.ledger, "--ledger")
+        ledger = (Ledger.open(args.ledger) if Path(args.ledger).exists()
+                  else ledger_for(config, path=args.ledger))
+        # the given ledger (not only a fresh one) must be able to pay, before any work
+        dataset = data[config.dataset].dataset
+        check_run(config, ledger, num_private=dataset.n_train,
+                  num_classes=dataset.num_classes)
+    else:
+        ledger = ledger_for(config)
+    out = _out_dir(args.out)
+    command = _command(args.argv)
+    _write_json(out / "config.json", {"command": command, "argv": args.argv,
+                                      "config": config.to_dict(), "provenance": provenance()})
+    result = run(config, ledger=ledger, rng=label_rng(config), device=args.device,
+                 data=data[config.dataset], progress=not args.quiet)
+    record = result.to_record(command=command)
+    _write_json(out / "result.json", record)
+    if args.json:
+        print(json.dumps(record, indent=2))
+    else:
+        print(_summary(record))
+        print(f"wrote {out / 'result.json'}")
+    return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from dpkd_audit.pipelines.dpdfd import check_configs, sweep, sweep_configs
+    from dpkd_audit.provenance import provenance
+
+    base_mode = "sound" if args.label_epsilon is not None and "sound" in args.modes \
+        else args.modes[0]
+    base = _config(args, epsilon=args.epsilons[0], mode=base_mode)
+    configs = sweep_configs(base, epsilons=args.epsilons, modes=args.modes, seeds=args.seeds)
+    results_path = Path(args.out) / "results.jsonl"
+    if results_path.exists() and not (args.resume or args.force):
+        raise ValueError(f"{results_path} exists: pass --resume to keep it and add the missing "
+                         "runs, or --force to overwrite it")
+    checked = check_configs(configs, data_dir=args.data_dir, progress=not args.quiet)
+    out = _out_dir(args.out)
+    command = _command(args.argv)
+    if args.resume:
+        done = _done_keys(results_path)
+        configs = [c for c in configs if (c.mode.value, c.epsilon, c.seed) not in done]
+    elif results_path.exists():
+        results_path.unlink()
+    _write_json(out / "sweep.json", {"command": command, "argv": args.argv,
+                                     "base_config": base.to_dict(), "provenance": provenance()})
+    for result in sweep(configs, device=args.device, checked=checked, progress=not args.quiet):
+        record = result.to_record(command=command)
+        with results_path.open("a") as fh:
+            fh.write(json.dumps(record, allow_nan=False) + "\n")
+        print(_summary(record), flush=True)
+    plot, readme = write_sweep_report(
+        out, command=command, dataset=args.dataset, method_title="DP-DFD",
+        page_title=f"DP-DFD on {args.dataset}: published and sound", notes=SWEEP_NOTES)
+    print(f"wrote {results_path}, {plot}, {readme}")
+    return 0
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from exc
+    if not (0 < value < math.inf):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _at_least(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from exc
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}")
+        return value
+    return parse
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", choices=_DATASETS, default="digits",
+                   help="dataset (default digits, embedded; mnist / fashion-mnist need the idx "
+                        "files: --data-dir or DPKD_DATA_DIR)")
+    p.add_argument("--data-dir", help="directory holding the dataset's idx files")
+    p.add_argument("--preset", choices=["small", "paper"], default="small",
+                   help="small: CPU-sized (default); paper: the paper's ResNet-34 teacher, "
+                        "GPU-sized")
+    p.add_argument("--label-epsilon", type=_positive,
+                   help="sound mode: per-label epsilon of the labels (default 10)")
+    p.add_argument("--stages", type=_at_least(1), help="stages T (default: the preset's)")
+    p.add_argument("--stage-size", type=_at_least(2),
+                   help="labels per stage (default: the preset's)")
+    p.add_argument("--teacher-epochs", type=_at_least(1),
+                   help="teacher epochs (the DP-SGD epochs in sound mode; default: the "
+                        "preset's)")
+    p.add_argument("--generator-steps", type=_at_least(1),
+                   help="generator training steps (default: the preset's)")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--quiet", action="store_true", help="no progress bars or stage messages")
+
+
+def add_dpdfd_parsers(run_methods: argparse._SubParsersAction,
+                      sweep_methods: argparse._SubParsersAction) -> None:
+    """Add ``dpdfd`` to ``dpkd run`` and ``dpkd sweep``."""
+    p = run_methods.add_parser(
+        "dpdfd", help="DP-DFD: data-free distillation with selective randomized response",
+        description="DP-DFD (teacher, data-free generator, staged selective-RR labels, student). "
+                    "--mode published runs the paper (epsilon per label; record-level epsilon "
+                    "infinite, recorded as such); --mode sound trains the teacher with DP-SGD "
+                    "(epsilon = record-level target at delta 1e-5). Writes OUT/result.json and "
+                    "OUT/config.json.")
+    p.add_argument("--mode", choices=_MODES, default="published",
+                   help="published (the paper) or sound (DP-SGD teacher)")
+    p.add_argument("--epsilon", type=_positive, default=10.0,
+                   help="per-label epsilon (published) or record-level target (sound); "
+                        "default 10")
+    p.add_argument("--seed", type=_at_least(0), default=0, help="seed of models and noise")
+    p.add_argument("--ledger", help="SQLite ledger file to charge (created for the mode if "
+                                    "missing; published mode needs an unbounded one)")
+    p.add_argument("--json", action="store_true", help="print the result record")
+    _add_arguments(p)
+    p.set_defaults(func=_cmd_run, label_epsilon=None)
+
+    p = sweep_methods.add_parser(
+        "dpdfd", help="DP-DFD over epsilons x modes x seeds",
+        description="Runs DP-DFD for every (seed, mode, epsilon); published runs of a seed share "
+                    "the teacher and generator. Writes OUT/results.jsonl, OUT/accuracy.png "
+                    "(paper numbers as stars) and OUT/README.md. An existing results.jsonl is "
+                    "refused before any work unless --resume or --force is given.")
+    p.add_argument("--epsilons", type=_float_list, required=True,
+                   help="comma-separated epsilons, e.g. 1,10")
+    p.add_argument("--modes", type=_mode_list, default=["published"],
+                   help="comma-separated modes (default published)")
+    p.add_argument("--seeds", type=_int_list, default=[0], help="comma-separated seeds")
+    existing = p.add_mutually_exclusive_group()
+    existing.add_argument("--resume", action="store_true",
+                          help="keep OUT/results.jsonl and skip the runs already in it")
+    existing.add_argument("--force", action="store_true", help="overwrite OUT/results.jsonl")
+    _add_arguments(p)
+    p.set_defaults(func=_cmd_sweep, seed=0)

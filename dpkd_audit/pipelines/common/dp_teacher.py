@@ -1,0 +1,251 @@
+"""A teacher trained with DP-SGD (Opacus), charged to the ledger before its first step.
+
+DP-SGD (Abadi et al. CCS 2016): each step samples every record independently with probability
+q (Poisson sampling), clips each per-sample gradient to L2 norm C, sums them and adds
+N(0, (sigma C)^2) noise. The run is ``SelfComposedDpEvent(PoissonSampledDpEvent(q,
+GaussianDpEvent(sigma)), steps)`` under add/remove-one neighbours (NOTES, "Sound variants");
+:class:`~dpkd_audit.accountants.dp_sgd.DpSgdSchedule` states Opacus's schedule (q = 1 / ceil(N /
+B), ceil(N / B) steps per epoch) and :func:`~dpkd_audit.accountants.dp_sgd.
+calibrate_dp_sgd_noise` the smallest sigma for a target epsilon.
+
+Opacus does the per-sample clipping and the noise: ``ModuleValidator.fix`` replaces BatchNorm by
+GroupNorm, ``DPDataLoader`` samples Poisson batches with *our* ``torch.Generator`` and
+``make_private(noise_generator=...)`` draws the noise from another one (no global RNG).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import warnings
+
+import numpy as np
+import torch
+import torch.nn.functional as F  # noqa: N812  (conventional alias)
+from dp_accounting import dp_event as _dp
+from torch import nn
+
+from dpkd_audit import _validate
+from dpkd_audit.accountants.dp_sgd import (
+    DpSgdAccountant,
+    DpSgdSchedule,
+    calibrate_dp_sgd_noise,
+    dp_sgd_epsilon,
+)
+from dpkd_audit.ledger import Ledger
+from dpkd_audit.pipelines.common.devices import resolve_device
+from dpkd_audit.pipelines.common.progress import progress_counter
+from dpkd_audit.pipelines.common.teacher import TeacherConfig, build_teacher
+
+__all__ = ["DpSgdConfig", "DpSgdPlan", "DpTeacherResult", "plan_dp_sgd", "train_dp_teacher"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DpSgdConfig:
+    """DP-SGD hyper-parameters (the noise multiplier is calibrated, not set).
+
+    Attributes:
+        epochs: Epochs (>= 1) in Opacus's sense (ceil(N / B) steps each).
+        batch_size: Expected batch size B (>= 1; <= N at run time).
+        max_grad_norm: Per-sample clipping norm C (> 0).
+        learning_rate: SGD learning rate (> 0).
+        momentum: SGD momentum in [0, 1).
+        delta: Target delta in (0, 1); 1e-5 by default (below 1 / N for MNIST).
+    """
+
+    epochs: int = 15
+    batch_size: int = 512
+    max_grad_norm: float = 1.0
+    learning_rate: float = 2.0
+    momentum: float = 0.0
+    delta: float = 1e-5
+
+    def __post_init__(self) -> None:
+        _validate.check_int("epochs", self.epochs, minimum=1)
+        _validate.check_int("batch_size", self.batch_size, minimum=1)
+        _validate.check_positive("max_grad_norm", self.max_grad_norm)
+        _validate.check_positive("learning_rate", self.learning_rate)
+        _validate.check_probability("momentum", self.momentum, open_high=True)
+        _validate.check_delta(self.delta, allow_zero=False)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DpSgdPlan:
+    """A calibrated DP-SGD run: what is charged to the ledger.
+
+    Attributes:
+        schedule: Dataset size and expected batch size (Opacus's schedule).
+        epochs: Epochs.
+        steps: Noisy steps.
+        noise_multiplier: sigma, the smallest that meets the target by RDP.
+        target_epsilon: The target record-level epsilon at ``delta``.
+        delta: Target delta.
+        epsilon_rdp: The plan's epsilon by RDP (<= target).
+        epsilon_pld: The plan's epsilon by PLD (tighter; shown beside).
+        event: The DP event charged.
+    """
+
+    schedule: DpSgdSchedule
+    epochs: int
+    steps: int
+    noise_multiplier: float
+    target_epsilon: float
+    delta: float
+    epsilon_rdp: float
+    epsilon_pld: float
+    event: _dp.DpEvent = dataclasses.field(repr=False)
+
+
+def plan_dp_sgd(config: DpSgdConfig, *, dataset_size: int, target_epsilon: float) -> DpSgdPlan:
+    """Calibrate sigma so that the run is ``target_epsilon``-DP at ``config.delta`` (RDP).
+
+    Raises:
+        ValueError: For a bad target, a batch larger than the dataset, or a target no sigma up
+            to 1e4 meets.
+    """
+    if not isinstance(config, DpSgdConfig):
+        raise ValueError(f"config must be a DpSgdConfig; got {type(config).__name__}")
+    target_epsilon = _validate.check_epsilon(target_epsilon, "target_epsilon")
+    dataset_size = _validate.check_int("dataset_size", dataset_size, minimum=1)
+    if config.batch_size > dataset_size:
+        raise ValueError(f"batch_size must be <= the private set size {dataset_size}; got "
+                         f"{config.batch_size}")
+    schedule = DpSgdSchedule(dataset_size=dataset_size, batch_size=config.batch_size)
+    sigma = calibrate_dp_sgd_noise(schedule, epochs=config.epochs,
+                                   target_epsilon=target_epsilon, delta=config.delta)
+    rdp = float(dp_sgd_epsilon(schedule, noise_multiplier=sigma, epochs=config.epochs,
+                               delta=config.delta))
+    pld = float(dp_sgd_epsilon(schedule, noise_multiplier=sigma, epochs=config.epochs,
+                               delta=config.delta, accountant=DpSgdAccountant.PLD))
+    return DpSgdPlan(schedule=schedule, epochs=config.epochs, steps=schedule.steps(config.epochs),
+                     noise_multiplier=sigma, target_epsilon=target_epsilon, delta=config.delta,
+                     epsilon_rdp=rdp, epsilon_pld=pld,
+                     event=schedule.event(sigma, config.epochs))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DpTeacherResult:
+    """A DP-SGD teacher.
+
+    Attributes:
+        test_accuracy: Last-epoch accuracy on the held-out test split.
+        test_accuracy_per_epoch: For plots only.
+        plan: The charged plan.
+        seconds: Wall-clock seconds of training.
+        model: The trained model (GroupNorm in place of BatchNorm), eval mode.
+    """
+
+    test_accuracy: float
+    test_accuracy_per_epoch: list[float]
+    plan: DpSgdPlan
+    seconds: float
+    model: nn.Module = dataclasses.field(repr=False, compare=False)
+
+
+def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    model.eval()
+    with torch.inference_mode():
+        predictions = torch.cat([model(x[i:i + 1024]).argmax(dim=1)
+                                 for i in range(0, x.shape[0], 1024)])
+    return float((predictions == y).float().mean())
+
+
+def train_dp_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int,
+                     test_images: np.ndarray, test_labels: np.ndarray, teacher: TeacherConfig,
+                     config: DpSgdConfig, plan: DpSgdPlan, ledger: Ledger, seed: int,
+                     device: torch.device | str, progress: bool = True) -> DpTeacherResult:
+    """Charge ``plan.event`` to ``ledger``, then train the teacher with DP-SGD.
+
+    Args:
+        images: uint8 ``(n, h, w)`` private images (n must equal the plan's dataset size).
+        labels: int labels ``(n,)``.
+        num_classes: Number of classes.
+        test_images: uint8 held-out images (evaluation only).
+        test_labels: Their labels.
+        teacher: Architecture and width (its ``training`` is not used: DP-SGD's is ``config``).
+        config: DP-SGD hyper-parameters (those the plan was made with).
+        plan: From :func:`plan_dp_sgd`.
+        ledger: Charged with ``plan.event`` before the first step (``BudgetExceededError``
+            before any work if it cannot pay).
+        seed: Seed (>= 0) of initialisation, Poisson sampling and noise (three CPU generators
+            derived from it).
+        device: CPU or CUDA.
+        progress: A tqdm bar over steps.
+    """
+    from opacus import PrivacyEngine
+    from opacus.data_loader import DPDataLoader
+    from opacus.validators import ModuleValidator
+
+    start = time.perf_counter()
+    images = np.asarray(images)
+    if images.shape[0] != plan.schedule.dataset_size:
+        raise ValueError(f"images must hold the plan's {plan.schedule.dataset_size} records; got "
+                         f"{images.shape[0]}")
+    _validate.check_int("seed", seed, minimum=0)
+    device = resolve_device(device)
+    init_gen = torch.Generator().manual_seed(seed)
+    sample_gen = torch.Generator().manual_seed(seed + 1_000_003)
+    noise_gen = torch.Generator(device=device).manual_seed(seed + 2_000_003)
+    model = ModuleValidator.fix(build_teacher(teacher, tuple(images.shape[1:]), num_classes,
+                                              generator=init_gen)).to(device)
+    for module in model.modules():  # Opacus's backward hooks cannot see in-place ReLUs
+        if isinstance(module, nn.ReLU):
+            module.inplace = False
+    errors = ModuleValidator.validate(model, strict=False)
+    if errors:  # pragma: no cover - fix() handles every layer our architectures use
+        raise ValueError(f"the teacher cannot be trained with DP-SGD: {errors}")
+    x = torch.from_numpy(np.array(images, dtype=np.uint8)).unsqueeze(1).float().div_(255.0)
+    y = torch.from_numpy(np.array(labels, dtype=np.int64))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y),
+                                         batch_size=config.batch_size)
+    dp_loader = DPDataLoader.from_data_loader(loader, generator=sample_gen)
+    if len(dp_loader) != plan.schedule.steps_per_epoch:  # pragma: no cover - same convention
+        raise ValueError("internal error: Opacus's steps per epoch differ from the plan's")
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.learning_rate,
+                                momentum=config.momentum)
+    ledger.charge(plan.event, label=f"DP-SGD teacher: {plan.steps} steps, q="
+                                    f"{plan.schedule.sampling_probability:.6g}, sigma="
+                                    f"{plan.noise_multiplier:.6g}")
+    with warnings.catch_warnings():
+        # Opacus's note that secure_mode is off: the noise comes from torch's (non-
+        # cryptographic) generator seeded here, as every sampler of the package is seeded.
+        warnings.simplefilter("ignore")
+        engine = PrivacyEngine(accountant="rdp")
+        model, optimizer, dp_loader = engine.make_private(
+            module=model, optimizer=optimizer, data_loader=dp_loader,
+            noise_multiplier=plan.noise_multiplier, max_grad_norm=config.max_grad_norm,
+            poisson_sampling=False, noise_generator=noise_gen)
+    x_test = torch.from_numpy(np.array(test_images, dtype=np.uint8)).unsqueeze(1).float() \
+        .div_(255.0).to(device)
+    y_test = torch.from_numpy(np.array(test_labels, dtype=np.int64)).to(device)
+    accuracies = []
+    bar = progress_counter(enabled=progress, desc="DP-SGD teacher", total=plan.steps,
+                           unit="step")
+    for _epoch in range(config.epochs):
+        model.train()
+        for xb, yb in dp_loader:
+            loss = F.cross_entropy(model(xb.to(device)), yb.to(device)) if xb.shape[0] \
+                else None
+            optimizer.zero_grad(set_to_none=True)
+            if loss is not None:
+                with warnings.catch_warnings():  # Opacus's hooks on an input without grad
+                    warnings.filterwarnings("ignore", message="Full backward hook")
+                    loss.backward()
+            optimizer.step()
+            bar.update(1)
+        accuracies.append(_accuracy(model, x_test, y_test))
+        bar.set_postfix(acc=f"{accuracies[-1]:.4f}", refresh=False)
+    bar.close()
+    if hasattr(model, "remove_hooks"):  # Opacus's per-sample-gradient hooks, no longer needed
+        model.remove_hooks()
+    inner = model._module if hasattr(model, "_module") else model
+    for param in inner.parameters():
+        if hasattr(param, "grad_sample"):
+            param.grad_sample = None
+    inner.eval()
+    if not all(math.isfinite(float(p.detach().abs().sum())) for p in inner.parameters()):
+        raise FloatingPointError("DP-SGD teacher weights became non-finite; lower "
+                                 f"learning_rate ({config.learning_rate})")
+    return DpTeacherResult(test_accuracy=accuracies[-1], test_accuracy_per_epoch=accuracies,
+                           plan=plan, seconds=time.perf_counter() - start, model=inner)

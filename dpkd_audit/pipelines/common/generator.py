@@ -1,0 +1,424 @@
+"""Data-free generator fitted to a frozen teacher (DAFL; DP-DFD's loss; DGD's loss).
+
+The generator is DAFL's (Chen et al. ICCV 2019, "Data-free learning of student networks",
+Sec. 3 and its code's generator): a latent vector z ~ N(0, I) goes through a linear layer to
+``width`` maps of a quarter of the image side, BatchNorm, then twice (nearest upsampling x2,
+3x3 conv, BatchNorm, LeakyReLU 0.2) with ``width`` and ``width // 2`` channels, a 3x3 conv to one
+channel and a squashing to [0, 1] (the input range of every model of the package). The image
+side must be a multiple of 4 (8x8 digits, 28x28 MNIST). Its BatchNorm layers always normalise
+with the statistics of the batch being generated (no running statistics), in training as in
+sampling, so samples look like the batches the teacher judged during training; sample in
+batches of at least 2.
+
+Its loss is a weighted sum of named terms, each a function of the teacher's outputs on the
+generated batch (all minimised):
+
+- :func:`argmax_cross_entropy`: cross-entropy of the teacher's output to its own argmax
+  (DAFL Eq. 3 "one-hot loss"; DP-DFD Eq. 2, first term);
+- :func:`information_entropy_loss`: sum_c p_c log p_c of the batch-mean softmax p, the negative
+  entropy, minimal (-log k) when the batch is class-balanced (DAFL Eq. 5; DP-DFD Eq. 2, alpha);
+- :func:`bn_statistics_distance`: for every BatchNorm layer of the teacher, the L2 distances
+  between the batch mean / variance of its input and its running mean / variance, summed over
+  layers (DP-DFD Eq. 2, beta; DeepInversion, Yin et al. CVPR 2020, Eq. 4). Those running
+  statistics are **statistics of the private data**: a generator fitted to them is not
+  differentially private (see NOTES, "DP-DFD");
+- :func:`activation_loss`: minus the mean absolute penultimate feature (DAFL Eq. 4, maximising
+  the activations).
+
+DP-DFD uses alpha = 5, beta = 10 and no activation term; DGD uses DAFL's weights (5 and 0.1 on
+the activation term, no BN term).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import time
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F  # noqa: N812  (conventional alias)
+from torch import nn
+
+from dpkd_audit import _validate
+from dpkd_audit.pipelines.common.devices import resolve_device
+from dpkd_audit.pipelines.common.progress import progress_counter
+from dpkd_audit.pipelines.common.teacher import penultimate_features
+
+__all__ = [
+    "BnStatistics",
+    "DaflGenerator",
+    "GeneratorConfig",
+    "GeneratorResult",
+    "GeneratorTrainer",
+    "activation_loss",
+    "argmax_cross_entropy",
+    "bn_statistics_distance",
+    "fit_generator",
+    "generator_loss",
+    "information_entropy_loss",
+]
+
+
+def argmax_cross_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of ``logits`` ``(n, k)`` to their own argmax (pseudo-labels)."""
+    return F.cross_entropy(logits, logits.detach().argmax(dim=1))
+
+
+def information_entropy_loss(logits: torch.Tensor) -> torch.Tensor:
+    """sum_c p_c log p_c of the batch-mean softmax p (in [-log k, 0]; minimal when balanced)."""
+    mean = torch.softmax(logits, dim=1).mean(dim=0)
+    return (mean * torch.log(mean.clamp_min(1e-12))).sum()
+
+
+def activation_loss(features: torch.Tensor) -> torch.Tensor:
+    """Minus the mean absolute value of ``features`` (DAFL's activation term, minimised)."""
+    return -features.abs().mean()
+
+
+def bn_statistics_distance(pairs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                             torch.Tensor]]) -> torch.Tensor:
+    """Sum over layers of ||mean - running_mean||_2 + ||var - running_var||_2.
+
+    Args:
+        pairs: Per BatchNorm layer, ``(batch_mean, batch_var, running_mean, running_var)``
+            (batch variance biased, over the batch and spatial axes).
+
+    Raises:
+        ValueError: If ``pairs`` is empty (the teacher has no BatchNorm layer).
+    """
+    if not pairs:
+        raise ValueError("the teacher has no BatchNorm layer: the BN-statistics term needs one "
+                         "(set beta=0)")
+    total = torch.zeros((), device=pairs[0][0].device)
+    for mean, var, run_mean, run_var in pairs:
+        total = total + torch.linalg.vector_norm(mean - run_mean) \
+            + torch.linalg.vector_norm(var - run_var)
+    return total
+
+
+class BnStatistics:
+    """Forward hooks collecting each BatchNorm input's batch statistics beside its running ones.
+
+    Use as a context manager around the teacher's forward pass; :attr:`pairs` then holds one
+    ``(batch_mean, batch_var, running_mean, running_var)`` per BatchNorm layer, for
+    :func:`bn_statistics_distance`.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self._layers = [m for m in model.modules()
+                        if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+        self.pairs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    @property
+    def count(self) -> int:
+        """Number of BatchNorm layers."""
+        return len(self._layers)
+
+    def _hook(self, module: nn.Module, inputs: tuple[torch.Tensor, ...], _out: object) -> None:
+        x = inputs[0]
+        axes = [0, *range(2, x.ndim)]
+        self.pairs.append((x.mean(dim=axes), x.var(dim=axes, unbiased=False),
+                           module.running_mean, module.running_var))
+
+    def __enter__(self) -> BnStatistics:
+        self.pairs = []
+        self._handles = [m.register_forward_hook(self._hook) for m in self._layers]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+class DaflGenerator(nn.Module):
+    """DAFL's generator (see the module docstring); ``forward(z)`` -> images in [0, 1]."""
+
+    def __init__(self, *, latent_dim: int, width: int, image_shape: tuple[int, int]) -> None:
+        super().__init__()
+        h, w = image_shape
+        self.latent_dim = latent_dim
+        self.image_shape = (h, w)
+        self.init_shape = (h // 4, w // 4)
+        self.width = width
+        half = max(1, width // 2)
+        self.linear = nn.Linear(latent_dim, width * self.init_shape[0] * self.init_shape[1])
+        self.bn0 = nn.BatchNorm2d(width, track_running_stats=False)
+        self.block1 = nn.Sequential(nn.Upsample(scale_factor=2),
+                                    nn.Conv2d(width, width, 3, padding=1),
+                                    nn.BatchNorm2d(width, track_running_stats=False),
+                                    nn.LeakyReLU(0.2))
+        self.block2 = nn.Sequential(nn.Upsample(scale_factor=2),
+                                    nn.Conv2d(width, half, 3, padding=1),
+                                    nn.BatchNorm2d(half, track_running_stats=False),
+                                    nn.LeakyReLU(0.2),
+                                    nn.Conv2d(half, 1, 3, padding=1))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        x = self.linear(z).view(z.shape[0], self.width, *self.init_shape)
+        x = self.block2(self.block1(self.bn0(x)))
+        return 0.5 * (torch.tanh(x) + 1.0)
+
+    def sample(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """``n`` images (no gradient) from latents drawn with the CPU ``generator``."""
+        n = _validate.check_int("n", n, minimum=2)
+        device = self.linear.weight.device
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                z = torch.randn(n, self.latent_dim, generator=generator).to(device)
+                return self(z)
+        finally:
+            self.train(was_training)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GeneratorConfig:
+    """Generator and its data-free training.
+
+    Attributes:
+        latent_dim: Size of z (>= 1); DAFL uses 100.
+        width: Channels after the linear layer (>= 2); DAFL uses 128.
+        steps: Adam steps (>= 1).
+        batch_size: Latents per step (>= 2).
+        learning_rate: Adam learning rate (> 0), cosine-decayed to 0.
+        cross_entropy_weight: Weight of :func:`argmax_cross_entropy` (>= 0).
+        alpha: Weight of :func:`information_entropy_loss` (>= 0); 5 in DP-DFD and DAFL.
+        beta: Weight of :func:`bn_statistics_distance` (>= 0); 10 in DP-DFD, 0 in DGD.
+        activation_weight: Weight of :func:`activation_loss` (>= 0); 0.1 in DAFL and DGD, 0 in
+            DP-DFD.
+    """
+
+    latent_dim: int = 100
+    width: int = 128
+    steps: int = 2000
+    batch_size: int = 256
+    learning_rate: float = 0.01
+    cross_entropy_weight: float = 1.0
+    alpha: float = 5.0
+    beta: float = 10.0
+    activation_weight: float = 0.0
+
+    def __post_init__(self) -> None:
+        _validate.check_int("latent_dim", self.latent_dim, minimum=1)
+        _validate.check_int("width", self.width, minimum=2)
+        _validate.check_int("steps", self.steps, minimum=1)
+        _validate.check_int("batch_size", self.batch_size, minimum=2)
+        _validate.check_positive("learning_rate", self.learning_rate)
+        for name in ("cross_entropy_weight", "alpha", "beta", "activation_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a finite real number >= 0; got {value!r}")
+
+    @property
+    def uses_bn_statistics(self) -> bool:
+        """Whether the loss reads the teacher's BatchNorm running statistics."""
+        return self.beta > 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GeneratorResult:
+    """A fitted generator and its training curve.
+
+    Attributes:
+        generator: The generator (eval mode), on the training device.
+        loss_terms: Mean of each named loss term over the last 10% of the last call's steps.
+        seconds: Wall-clock seconds of the fit.
+        teacher_agreement: Share of a fresh batch of 1,000 samples whose teacher argmax is
+            confident (max softmax > 0.9), a health figure of the fit.
+        class_histogram: Teacher argmax counts on that batch (class balance).
+        steps: Steps taken in all.
+    """
+
+    generator: DaflGenerator = dataclasses.field(repr=False, compare=False)
+    loss_terms: dict[str, float]
+    seconds: float
+    teacher_agreement: float
+    class_histogram: list[int]
+    steps: int
+
+
+@contextlib.contextmanager
+def _frozen(model: nn.Module) -> Iterator[None]:
+    """Eval mode and no parameter gradients for the duration (restored afterwards)."""
+    was_training = model.training
+    flags = [p.requires_grad for p in model.parameters()]
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p, flag in zip(model.parameters(), flags, strict=True):
+            p.requires_grad_(flag)
+        model.train(was_training)
+
+
+def generator_loss(teacher: nn.Module, images: torch.Tensor, config: GeneratorConfig,
+                   bn: BnStatistics | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The weighted loss of ``images`` under the frozen ``teacher`` and its named terms."""
+    if bn is not None:
+        with bn:
+            logits, features = penultimate_features(teacher, images)
+    else:
+        logits, features = penultimate_features(teacher, images)
+    terms = {"cross_entropy": argmax_cross_entropy(logits),
+             "information_entropy": information_entropy_loss(logits)}
+    total = config.cross_entropy_weight * terms["cross_entropy"] \
+        + config.alpha * terms["information_entropy"]
+    if config.activation_weight > 0:
+        terms["activation"] = activation_loss(features)
+        total = total + config.activation_weight * terms["activation"]
+    if bn is not None:
+        terms["bn_statistics"] = bn_statistics_distance(bn.pairs)
+        total = total + config.beta * terms["bn_statistics"]
+    return total, terms
+
+
+class GeneratorTrainer:
+    """A :class:`DaflGenerator` being fitted to a frozen teacher; :func:`fit_generator` wraps it.
+
+    The teacher is only read: its parameters and BatchNorm statistics are never updated. Steps
+    can be taken in several calls (DP-DFD's optional fine-tuning after each stage).
+
+    Args:
+        teacher: A trained classifier (with a ``classifier`` layer) on ``device``.
+        image_shape: ``(h, w)``, both multiples of 4.
+        num_classes: The teacher's number of classes.
+        config: Generator and training.
+        seed: Seed (>= 0) of the generator's initialisation and latents (one CPU
+            ``torch.Generator``).
+        device: CPU or CUDA.
+
+    Raises:
+        ValueError: For a bad shape, config or seed, or ``beta > 0`` with a teacher without
+            BatchNorm layers.
+    """
+
+    def __init__(self, teacher: nn.Module, *, image_shape: tuple[int, int], num_classes: int,
+                 config: GeneratorConfig, seed: int, device: torch.device | str) -> None:
+        if not isinstance(config, GeneratorConfig):
+            raise ValueError(f"config must be a GeneratorConfig; got {type(config).__name__}")
+        if (not isinstance(image_shape, tuple | list) or len(image_shape) != 2
+                or any(not isinstance(s, int) or s < 4 or s % 4 for s in image_shape)):
+            raise ValueError(f"image_shape must be (h, w) with both sides multiples of 4 and "
+                             f">= 4; got {image_shape!r}")
+        self.num_classes = _validate.check_int("num_classes", num_classes, minimum=2)
+        _validate.check_int("seed", seed, minimum=0)
+        self.device = resolve_device(device)
+        self.config = config
+        self.teacher = teacher
+        self._bn = BnStatistics(teacher) if config.uses_bn_statistics else None
+        if self._bn is not None and self._bn.count == 0:
+            raise ValueError("config.beta > 0 needs a teacher with BatchNorm layers (their "
+                             "running statistics); this teacher has none: set beta=0")
+        self.rng = torch.Generator().manual_seed(seed)
+        with torch.device("meta"):
+            generator = DaflGenerator(latent_dim=config.latent_dim, width=config.width,
+                                      image_shape=tuple(image_shape))
+        generator = generator.to_empty(device="cpu")
+        _init_generator(generator, self.rng)
+        self.generator = generator.to(self.device)
+        self.steps_taken = 0
+        self.seconds = 0.0
+        self.loss_terms: dict[str, float] = {}
+
+    def train(self, steps: int, *, learning_rate: float | None = None, progress: bool = False,
+              desc: str = "generator") -> None:
+        """Take ``steps`` Adam steps; :attr:`loss_terms` becomes their last 10%'s means.
+
+        The learning rate decays from ``learning_rate`` (default ``config.learning_rate``) to 0
+        along a cosine.
+
+        Raises:
+            FloatingPointError: If the loss becomes non-finite.
+        """
+        start = time.perf_counter()
+        steps = _validate.check_int("steps", steps, minimum=1)
+        lr = self.config.learning_rate if learning_rate is None else \
+            _validate.check_positive("learning_rate", learning_rate)
+        optimizer = torch.optim.Adam(self.generator.parameters(), lr=lr, betas=(0.5, 0.999))
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: 0.5 * (1.0 + math.cos(math.pi * step / steps)))
+        tail = max(1, steps // 10)
+        sums: dict[str, float] = {}
+        bar = progress_counter(enabled=progress, desc=desc, total=steps, unit="step")
+        config = self.config
+        with _frozen(self.teacher):
+            self.generator.train()
+            for step in range(steps):
+                z = torch.randn(config.batch_size, config.latent_dim, generator=self.rng) \
+                    .to(self.device)
+                loss, terms = generator_loss(self.teacher, self.generator(z), config, self._bn)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"generator loss became {float(loss.detach())} at "
+                                             f"step {self.steps_taken + step + 1}; lower "
+                                             f"learning_rate ({lr})")
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                schedule.step()
+                if step >= steps - tail:
+                    for name, value in terms.items():
+                        sums[name] = sums.get(name, 0.0) + float(value.detach()) / tail
+                if step % 20 == 0 or step == steps - 1:
+                    bar.set_postfix(loss=f"{float(loss.detach()):.3f}", refresh=False)
+                bar.update(1)
+            bar.close()
+        self.generator.eval()
+        self.steps_taken += steps
+        self.loss_terms = sums
+        self.seconds += time.perf_counter() - start
+
+    def result(self, *, check_samples: int = 1000) -> GeneratorResult:
+        """The generator with its health figures on ``check_samples`` fresh samples."""
+        check_samples = _validate.check_int("check_samples", check_samples, minimum=2)
+        with _frozen(self.teacher), torch.no_grad():
+            probs = torch.softmax(self.teacher(self.generator.sample(check_samples, self.rng)),
+                                  dim=1)
+        confident = float((probs.max(dim=1).values > 0.9).float().mean())
+        histogram = torch.bincount(probs.argmax(dim=1), minlength=self.num_classes).tolist()
+        return GeneratorResult(generator=self.generator, loss_terms=dict(self.loss_terms),
+                               seconds=self.seconds, teacher_agreement=confident,
+                               class_histogram=histogram, steps=self.steps_taken)
+
+
+def fit_generator(teacher: nn.Module, *, image_shape: tuple[int, int], num_classes: int,
+                  config: GeneratorConfig, seed: int, device: torch.device | str,
+                  progress: bool = True) -> GeneratorResult:
+    """Fit a :class:`DaflGenerator` to the frozen ``teacher`` (no data: only its outputs).
+
+    ``config.steps`` steps of :class:`GeneratorTrainer` (arguments and errors as there).
+
+    Example:
+        >>> import torch
+        >>> from dpkd_audit.pipelines.common.student import build_student
+        >>> teacher = build_student((8, 8), 3, 4).eval()
+        >>> result = fit_generator(teacher, image_shape=(8, 8), num_classes=3,
+        ...                        config=GeneratorConfig(width=8, steps=2, batch_size=8),
+        ...                        seed=0, device="cpu", progress=False)
+        >>> result.generator.sample(4, torch.Generator().manual_seed(0)).shape
+        torch.Size([4, 1, 8, 8])
+    """
+    trainer = GeneratorTrainer(teacher, image_shape=image_shape, num_classes=num_classes,
+                               config=config, seed=seed, device=device)
+    trainer.train(config.steps, progress=progress)
+    return trainer.result()
+
+
+def _init_generator(model: nn.Module, rng: torch.Generator) -> None:
+    """PyTorch's default initialisation, drawn from ``rng`` (no global RNG)."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.Conv2d | nn.Linear):
+                fan_in = module.weight[0].numel()
+                bound = 1.0 / math.sqrt(fan_in)
+                module.weight.uniform_(-bound, bound, generator=rng)
+                module.bias.uniform_(-bound, bound, generator=rng)
+            elif isinstance(module, nn.BatchNorm2d):
+                module.reset_parameters()

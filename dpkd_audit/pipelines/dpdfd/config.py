@@ -1,0 +1,203 @@
+"""Configuration of the DP-DFD pipeline (paper defaults, a CPU preset, a GPU preset)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+from dpkd_audit import _validate
+from dpkd_audit.data import DatasetName
+from dpkd_audit.pipelines.common.config import Preset, parse_enum, plain
+from dpkd_audit.pipelines.common.distill import DistillConfig
+from dpkd_audit.pipelines.common.dp_teacher import DpSgdConfig
+from dpkd_audit.pipelines.common.generator import GeneratorConfig
+from dpkd_audit.pipelines.common.student import StudentConfig
+from dpkd_audit.pipelines.common.teacher import TeacherArchitecture, TeacherConfig
+
+__all__ = ["DEFAULT_LABEL_EPSILON", "DpdfdConfig", "DpdfdMode", "Preset"]
+
+#: Per-label epsilon of the sound mode's selective randomized response when none is given.
+DEFAULT_LABEL_EPSILON = 10.0
+
+
+class DpdfdMode(enum.StrEnum):
+    """What the run protects (NOTES, "DP-DFD" and "Sound variants")."""
+
+    #: Exactly the paper: a non-private teacher, a generator fitted to its BatchNorm statistics,
+    #: epsilon per released label. Not differentially private at the record level.
+    PUBLISHED = "published"
+    #: A DP-SGD teacher (record-level (epsilon, delta) charged to the ledger), a generator that
+    #: sees only that teacher's outputs; the labels are post-processing.
+    SOUND = "sound"
+
+    @property
+    def epsilon_kind(self) -> str:
+        """What ``epsilon`` means in this mode."""
+        return "per-label" if self is DpdfdMode.PUBLISHED else "record-level"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DpdfdConfig:
+    """One DP-DFD run (DP-DFD paper, Algorithm 1).
+
+    Attributes:
+        dataset: Which dataset (the private set is its training split; the student is
+            evaluated on its test split).
+        mode: :class:`DpdfdMode`.
+        epsilon: The headline budget (> 0, finite): the per-label epsilon of selective
+            randomized response in ``published`` mode (the paper's accounting); the
+            record-level target of the DP-SGD teacher at ``dp_sgd.delta`` in ``sound`` mode.
+        label_epsilon: Per-label epsilon of the labels in ``sound`` mode (label-level
+            protection on top of a record-level guarantee that does not depend on it); default
+            :data:`DEFAULT_LABEL_EPSILON`. Must be ``None`` in ``published`` mode (``epsilon``
+            is the per-label figure there).
+        stages: Stages T (>= 1), one fresh synthetic batch and its labels each.
+        stage_size: Synthetic images labelled per stage (>= 2).
+        threshold: Threshold t of selective randomized response in (0, 1); ``None`` = 1/(2k).
+        teacher: The non-private teacher of ``published`` mode.
+        dp_teacher: The teacher of ``sound`` mode (its ``training`` is unused; DP-SGD's is
+            ``dp_sgd``). BatchNorm becomes GroupNorm under DP-SGD.
+        dp_sgd: DP-SGD hyper-parameters of ``sound`` mode (delta included).
+        generator: The generator of ``published`` mode: DP-DFD's loss (alpha = 5, beta = 10).
+        sound_generator: The generator of ``sound`` mode: DAFL's loss without the BatchNorm
+            term (a DP-SGD teacher has no statistics of private data): ``beta`` must be 0.
+        generator_finetune_steps: Extra generator steps after each stage (Algorithm 1 line
+            "fine-tune phi_g"; >= 0, 0 by default), same loss and teacher as the first fit.
+        student: The student and its stage-wise training.
+        seed: Seed (>= 0) of every model's initialisation, the latents and the label noise.
+        preset: The preset this config came from (recorded).
+    """
+
+    dataset: DatasetName = DatasetName.MNIST
+    mode: DpdfdMode = DpdfdMode.PUBLISHED
+    epsilon: float = 10.0
+    label_epsilon: float | None = None
+    stages: int = 100
+    stage_size: int = 500
+    threshold: float | None = None
+    teacher: TeacherConfig = dataclasses.field(default_factory=lambda: TeacherConfig(
+        architecture=TeacherArchitecture.RESNET34, width=64,
+        training=StudentConfig(epochs=10, batch_size=128, learning_rate=0.1,
+                               label_smoothing=0.0)))
+    dp_teacher: TeacherConfig = dataclasses.field(default_factory=lambda: TeacherConfig(
+        architecture=TeacherArchitecture.TANH_CNN))
+    dp_sgd: DpSgdConfig = dataclasses.field(default_factory=DpSgdConfig)
+    generator: GeneratorConfig = dataclasses.field(default_factory=GeneratorConfig)
+    sound_generator: GeneratorConfig = dataclasses.field(default_factory=lambda: GeneratorConfig(
+        beta=0.0, activation_weight=0.1))
+    generator_finetune_steps: int = 0
+    student: DistillConfig = dataclasses.field(default_factory=lambda: DistillConfig(
+        width=32, steps_per_stage=100))
+    seed: int = 0
+    preset: Preset = Preset.PAPER
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dataset", parse_enum(DatasetName, "dataset", self.dataset))
+        object.__setattr__(self, "mode", parse_enum(DpdfdMode, "mode", self.mode))
+        object.__setattr__(self, "preset", parse_enum(Preset, "preset", self.preset))
+        object.__setattr__(self, "epsilon", _validate.check_epsilon(self.epsilon))
+        if self.mode is DpdfdMode.PUBLISHED:
+            if self.label_epsilon is not None:
+                raise ValueError("label_epsilon applies to mode='sound' only (in 'published' "
+                                 "mode epsilon is the per-label figure); got label_epsilon="
+                                 f"{self.label_epsilon!r}")
+        else:
+            label = DEFAULT_LABEL_EPSILON if self.label_epsilon is None else self.label_epsilon
+            object.__setattr__(self, "label_epsilon",
+                               _validate.check_epsilon(label, "label_epsilon"))
+        _validate.check_int("stages", self.stages, minimum=1)
+        _validate.check_int("stage_size", self.stage_size, minimum=2)
+        if self.threshold is not None:
+            _validate.check_probability("threshold", self.threshold, open_low=True,
+                                        open_high=True)
+        for name, kind in (("teacher", TeacherConfig), ("dp_teacher", TeacherConfig),
+                           ("dp_sgd", DpSgdConfig), ("generator", GeneratorConfig),
+                           ("sound_generator", GeneratorConfig), ("student", DistillConfig)):
+            if not isinstance(getattr(self, name), kind):
+                raise ValueError(f"{name} must be a {kind.__name__}; got "
+                                 f"{type(getattr(self, name)).__name__}")
+        if self.sound_generator.beta != 0:
+            raise ValueError("sound_generator.beta must be 0: the BatchNorm-statistics term reads "
+                             "running statistics of the private data, which a sound generator "
+                             f"must not see; got beta={self.sound_generator.beta!r}")
+        _validate.check_int("generator_finetune_steps", self.generator_finetune_steps, minimum=0)
+        _validate.check_int("seed", self.seed, minimum=0)
+
+    @property
+    def labels(self) -> int:
+        """Number of released labels Q = stages x stage_size."""
+        return self.stages * self.stage_size
+
+    @property
+    def per_label_epsilon(self) -> float:
+        """Epsilon of one released label (selective randomized response)."""
+        return self.epsilon if self.mode is DpdfdMode.PUBLISHED else float(self.label_epsilon)
+
+    @property
+    def active_teacher(self) -> TeacherConfig:
+        """The teacher this mode trains."""
+        return self.teacher if self.mode is DpdfdMode.PUBLISHED else self.dp_teacher
+
+    @property
+    def active_generator(self) -> GeneratorConfig:
+        """The generator this mode fits."""
+        return self.generator if self.mode is DpdfdMode.PUBLISHED else self.sound_generator
+
+    @property
+    def delta(self) -> float:
+        """Record-level delta of the run: ``dp_sgd.delta`` in sound mode, 0 in published."""
+        return self.dp_sgd.delta if self.mode is DpdfdMode.SOUND else 0.0
+
+    @classmethod
+    def small(cls, **overrides: Any) -> DpdfdConfig:
+        """CPU preset, MNIST-sized: 2-epoch VGG teacher, narrow generator, 40 x 1,000 labels.
+
+        The published teacher is the VGG-like BatchNorm net (width 16, 2 epochs), the sound one
+        the tanh CNN under DP-SGD (15 epochs, batch 512); the generator has width 64 and takes
+        400 steps; 40 stages of 1,000 labels train a width-16 student.
+
+        On the 8x8 digits everything is smaller (20 stages of 200 labels, 200 generator steps)
+        and the sound teacher is the VGG-like net with GroupNorm (the tanh CNN needs 28x28).
+        """
+        digits = parse_enum(DatasetName, "dataset", overrides.get("dataset", cls.dataset)) \
+            is DatasetName.DIGITS
+        training = StudentConfig(epochs=2, batch_size=128, learning_rate=0.1,
+                                 label_smoothing=0.0, augment=False)
+        values: dict[str, Any] = {
+            "stages": 20 if digits else 40,
+            "stage_size": 200 if digits else 1000,
+            "teacher": TeacherConfig(architecture=TeacherArchitecture.VGG, width=16,
+                                     training=dataclasses.replace(
+                                         training, epochs=10 if digits else 2, batch_size=64)
+                                     if digits else training),
+            "dp_teacher": TeacherConfig(architecture=TeacherArchitecture.VGG, width=8)
+            if digits else TeacherConfig(architecture=TeacherArchitecture.TANH_CNN),
+            "dp_sgd": DpSgdConfig(epochs=10, batch_size=64, learning_rate=0.5, momentum=0.9)
+            if digits else DpSgdConfig(epochs=15, batch_size=512, learning_rate=2.0),
+            "generator": GeneratorConfig(width=64, steps=200 if digits else 400,
+                                         batch_size=128),
+            "sound_generator": GeneratorConfig(width=64, steps=200 if digits else 400,
+                                               batch_size=128, beta=0.0, activation_weight=0.1),
+            "student": DistillConfig(width=16, steps_per_stage=20 if digits else 60),
+            "preset": Preset.SMALL,
+        }
+        values.update(overrides)
+        return cls(**values)
+
+    @classmethod
+    def paper(cls, **overrides: Any) -> DpdfdConfig:
+        """GPU preset: the paper's ResNet-34 teacher, DAFL's generator width 128, 100 stages."""
+        values: dict[str, Any] = {"preset": Preset.PAPER}
+        values.update(overrides)
+        return cls(**values)
+
+    @classmethod
+    def preset_config(cls, preset: Preset | str, **overrides: Any) -> DpdfdConfig:
+        """The named preset with ``overrides``."""
+        preset = parse_enum(Preset, "preset", preset)
+        return cls.small(**overrides) if preset is Preset.SMALL else cls.paper(**overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dictionary (enums as their values; ``label_epsilon`` resolved)."""
+        return plain(self)

@@ -1,0 +1,428 @@
+"""Markdown built from saved result records only: tables, notes and README pages.
+
+:func:`markdown_table` lays the records out as one row per setup and target epsilon (aggregated
+over seeds by :mod:`dpkd_audit.reports.records`), :func:`seconds_note` says what its
+``seconds`` column means, :func:`sweep_readme` writes a sweep's page and
+:func:`results_overview` the README's results section (with notes on label accuracy without
+noise, teacher accuracy and where the records came from). It never imports the pipelines or
+torch: everything comes from the records.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dpkd_audit.reports.records import (
+    _NOT_DP,
+    SETUP_KEYS,
+    _aggregate,
+    _check_references,
+    _check_seconds,
+    _check_text,
+    _checked,
+    _devices,
+    _fmt_eps,
+    _infinite_or_positive,
+    _none_last,
+    _Point,
+    load_records,
+)
+from dpkd_audit.reports.references import PAPER_REFERENCES, PaperReference
+
+__all__ = [
+    "PARTIAL_SECONDS_MARK",
+    "TABLE_COLUMNS",
+    "markdown_table",
+    "results_overview",
+    "seconds_note",
+    "sweep_readme",
+]
+
+
+def _fmt_delta(value: float) -> str:
+    return "0" if value == 0 else f"{value:.3g}"
+
+
+def _fmt_pct(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    mean = 100.0 * sum(values) / len(values)
+    if len(values) == 1:
+        return f"{mean:.2f}"
+    return f"{mean:.2f} ({100.0 * min(values):.2f}–{100.0 * max(values):.2f})"
+
+
+def _distinct(formatted: Iterable[str]) -> str:
+    seen = list(dict.fromkeys(formatted))
+    return ", ".join(seen) if seen else "-"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _runs(point: _Point) -> str:
+    seeds = [r.get("seed") for r in point.records]
+    known = [str(s) for s in seeds if s is not None]
+    n = len(point.records)
+    if not known:
+        return str(n)
+    return f"{n} (seed{'s' if len(known) > 1 else ''} {', '.join(known)})"
+
+
+def _paper_cell(point: _Point, refs: Sequence[PaperReference]) -> str:
+    found = [ref for ref in refs if ref.matches(method=point.method, dataset=point.dataset,
+                                                mode=point.mode, epsilon=point.epsilon)]
+    found.sort(key=lambda ref: (ref.clusters or 0, ref.k or 0, ref.test_accuracy))
+    parts = []
+    for ref in found:
+        text = f"{100.0 * ref.test_accuracy:.2f}"
+        if ref.clusters is not None:
+            text += f" (s={ref.clusters})"
+        parts.append(text)
+    return "; ".join(parts) if parts else "-"
+
+
+def _stage_sets(records: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Per method, every stage any of its records times, in order of first appearance."""
+    stages: dict[str, list[str]] = {}
+    for r in records:
+        seconds = r.get("seconds")
+        known = stages.setdefault(str(r["method"]), [])
+        if isinstance(seconds, Mapping):
+            known.extend(k for k, v in seconds.items()
+                         if k != "total" and v is not None and k not in known)
+    return stages
+
+
+def _missing_stages(record: Mapping[str, Any], stages: Mapping[str, Sequence[str]]) -> list[str]:
+    """Stages of the record's method that its ``seconds`` mapping lacks (none for a number)."""
+    seconds = record.get("seconds")
+    if not isinstance(seconds, Mapping):
+        return []
+    return [k for k in stages[str(record["method"])] if seconds.get(k) is None]
+
+
+#: Marks a ``seconds`` cell whose records time fewer stages than others of their method.
+PARTIAL_SECONDS_MARK = "†"
+
+#: Column headers of :func:`markdown_table`.
+TABLE_COLUMNS: tuple[str, ...] = (
+    "method", "dataset", "mode", "setup", "s", "k", "target eps", "published eps",
+    "record-level eps", "delta", "runs", "label acc (%)", "test acc (%)", "paper test acc (%)",
+    "seconds", "device",
+)
+
+
+def markdown_table(records: Sequence[Mapping[str, Any]], *,
+                   references: Sequence[PaperReference] | None = None) -> str:
+    """A Markdown table with one row per setup and target epsilon, aggregated over seeds.
+
+    Rows are sorted by method, dataset, mode, setup (:data:`SETUP_KEYS`; missing values last)
+    and target epsilon, so the table does not depend on the order of the records. Columns are
+    :data:`TABLE_COLUMNS`:
+
+    * ``setup``: representation and preset (``"-"`` when absent); ``s``: clusters.
+    * epsilons: 4 significant digits; infinity (record-level null / ``"inf"``) is
+      ``"∞ (not DP)"``; distinct values over the seeds are listed, comma-separated.
+    * ``runs``: the number of records with their seeds.
+    * accuracies: in %, 2 decimals; with several runs ``"mean (min–max)"``; ``"-"`` if absent.
+    * ``paper test acc (%)``: the reference's test accuracy (2 decimals, with ``s=`` when the
+      paper states it) for the same method, dataset, mode and epsilon, ``"-"`` if none.
+    * ``seconds``: mean total wall-clock seconds per run, 1 decimal, followed by
+      :data:`PARTIAL_SECONDS_MARK` when a record of the row times fewer stages than other
+      records of its method in the table (so its seconds are not comparable;
+      :func:`seconds_note` names the stages missing).
+    * ``device``: the distinct devices.
+
+    Args:
+        records: Result records.
+        references: Where to look up paper numbers (default :data:`PAPER_REFERENCES`).
+
+    Returns:
+        The table (header, separator, rows), without a trailing newline.
+    """
+    checked = _checked(records)
+    refs = list(PAPER_REFERENCES) if references is None else _check_references(references)
+    right = {"s", "k", "target eps", "published eps", "record-level eps", "delta",
+             "label acc (%)", "test acc (%)", "paper test acc (%)", "seconds"}
+    lines = ["| " + " | ".join(TABLE_COLUMNS) + " |",
+             "|" + "|".join("---:" if c in right else "---" for c in TABLE_COLUMNS) + "|"]
+    stages = _stage_sets(checked)
+    for p in _aggregate(checked):
+        setup = dict(zip(SETUP_KEYS, p.setup, strict=True))
+        seconds = [s for s in (_check_seconds(r.get("seconds")) for r in p.records)
+                   if s is not None]
+        published = [_infinite_or_positive("epsilon_published", r.get("epsilon_published"),
+                                           null_is_inf=False) for r in p.records]
+        record_level = [_infinite_or_positive("epsilon_record_level",
+                                              r.get("epsilon_record_level"), null_is_inf=True)
+                        if "epsilon_record_level" in r else None for r in p.records]
+        cells = [
+            p.method, p.dataset, p.mode,
+            " / ".join(str(setup[k]) for k in ("representation", "preset")
+                       if setup[k] is not None) or "-",
+            "-" if setup["clusters"] is None else str(setup["clusters"]),
+            "-" if setup["k"] is None else str(setup["k"]),
+            _fmt_eps(p.epsilon),
+            _distinct(_fmt_eps(v) for v in published),
+            _distinct(_fmt_eps(v) for v in record_level),
+            _distinct(_fmt_delta(float(r["delta"])) for r in p.records
+                      if r.get("delta") is not None),
+            _runs(p),
+            _fmt_pct(p.values("label_accuracy")),
+            _fmt_pct(p.values("test_accuracy")),
+            _paper_cell(p, refs),
+            (f"{sum(seconds) / len(seconds):.1f}" if seconds else "-")
+            + (f" {PARTIAL_SECONDS_MARK}" if seconds and any(
+                _missing_stages(r, stages) for r in p.records) else ""),
+            _distinct(_devices(p.records)),
+        ]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def seconds_note(records: Sequence[Mapping[str, Any]]) -> str:
+    """What the ``seconds`` column of :func:`markdown_table` means for these records.
+
+    Names the stages the totals add up (per method), the stages that sweeps share (from the
+    records' ``shared_stages``), and, where some records time fewer stages than others of their
+    method (records written before every stage was timed), which stages they lack: those rows
+    carry :data:`PARTIAL_SECONDS_MARK`.
+
+    Args:
+        records: Result records.
+
+    Returns:
+        One paragraph, without a trailing newline.
+    """
+    checked = _checked(records)
+    stages = _stage_sets(checked)
+    timed = {m: v for m, v in stages.items() if v}
+    text = ("*seconds*: the mean over a row's runs of each run's total wall-clock seconds, the "
+            "sum of the stages it depends on")
+    if timed:
+        text += " (" + "; ".join(f"{m}: {', '.join(v)}" if len(timed) > 1 else ", ".join(v)
+                                 for m, v in sorted(timed.items())) + ")"
+    shared = list(dict.fromkeys(stage for r in checked for stage in r.get("shared_stages") or ()))
+    if shared:
+        text += (f". Stages a sweep computes once and shares ({', '.join(shared)}) are counted "
+                 "in every row that uses them, so a row's seconds are what its run costs on its "
+                 "own")
+    text += "."
+    lacking = {stage for r in checked for stage in _missing_stages(r, stages)}
+    missing = [stage for v in stages.values() for stage in v if stage in lacking]
+    missing = list(dict.fromkeys(missing))
+    if missing:
+        text += (f" {PARTIAL_SECONDS_MARK}: the records of these rows time fewer stages (they "
+                 f"lack {', '.join(missing)}), so their seconds are not comparable with the "
+                 "other rows'.")
+    return text
+
+
+def _provenance_summary(records: Sequence[Mapping[str, Any]]) -> str:
+    """The code that wrote the records, from their ``provenance`` (what is there)."""
+    found: dict[str, None] = {}
+    without = 0
+    for r in records:
+        prov = r.get("provenance")
+        if not isinstance(prov, Mapping):
+            without += 1
+            continue
+        parts = [f"dpkd-audit {prov.get('package_version') or '(version unknown)'}"]
+        commit = prov.get("git_commit")
+        if isinstance(commit, str) and commit:
+            parts.append(f"commit {commit[:10]}" + (" with local changes"
+                                                    if prov.get("git_dirty") else ""))
+        else:
+            parts.append("no git commit")
+        created = prov.get("created_utc")
+        if isinstance(created, str) and created:
+            parts.append(created[:10])
+        found[", ".join(parts)] = None
+    if not found:
+        return "no provenance recorded"
+    text = "; ".join(found)
+    if without:
+        text += f"; {without} run{'s' if without > 1 else ''} without provenance"
+    return text
+
+
+_COLUMNS_NOTE = (
+    "Accuracies in % (2 decimals): the mean over the runs (seeds) of a row, with the (min–max) "
+    "range when there are several. *target eps* is the budget the run was configured for, "
+    "*published eps* the one the method's paper accounting states, *record-level eps* the "
+    "guarantee the privacy ledger proves for one private record "
+    f"({_NOT_DP}: a step that is not differentially private exists).")
+
+
+def _purity_note(records: Sequence[Mapping[str, Any]]) -> str | None:
+    groups: dict[tuple[Any, ...], list[float]] = {}
+    for r in records:
+        value = r.get("label_accuracy_without_noise")
+        if value is not None:
+            key = (str(r["method"]), str(r["dataset"]),
+                   *(r.get(k) for k in ("representation", "preset", "clusters", "k")))
+            groups.setdefault(key, []).append(float(value))
+    if not groups:
+        return None
+    parts = []
+    for (method, dataset, representation, preset, clusters, k), values in sorted(
+            groups.items(), key=lambda kv: _none_last(kv[0])):
+        setup = ", ".join(v for v in (
+            " / ".join(str(x) for x in (representation, preset) if x is not None) or None,
+            None if clusters is None else f"s={clusters}",
+            None if k is None else f"k={k}") if v)
+        distinct = sorted({round(100.0 * v, 2) for v in values})
+        value = (f"{distinct[0]:.2f}%" if len(distinct) == 1 else
+                 f"{_fmt_pct(values)} %")
+        parts.append(f"{method} {dataset}" + (f" ({setup})" if setup else "") + f": {value}")
+    return ("Label accuracy without noise (every query labelled by its exact vote: the most the "
+            "private labels can reach with these queries): " + "; ".join(parts) + ".")
+
+
+def _teacher_note(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """Teacher test accuracy beside the student's, for methods that train a teacher."""
+    rows = []
+    for r in sorted(records, key=lambda r: _none_last(
+            (r["method"], r["dataset"], r["mode"], float(r["epsilon"]), r.get("seed")))):
+        teacher = r.get("teacher_accuracy")
+        if teacher is None:
+            continue
+        seed = "" if r.get("seed") is None else f", seed {r['seed']}"
+        rows.append(f"{r['method']} {r['dataset']} {r['mode']} eps={float(r['epsilon']):g}"
+                    f"{seed}: teacher {100.0 * float(teacher):.2f}% / student "
+                    f"{100.0 * float(r['test_accuracy']):.2f}%")
+    if not rows:
+        return None
+    return ("Teacher and student test accuracy (the teacher's is the ceiling the student "
+            "approaches; a published teacher is not private): " + "; ".join(rows) + ".")
+
+
+def _result_file(path: str | os.PathLike[str]) -> Path:
+    path = Path(path)
+    if path.is_dir():
+        for name in ("results.jsonl", "result.json"):
+            if (path / name).is_file():
+                return path / name
+        raise FileNotFoundError(f"{path}: no results.jsonl or result.json in this folder")
+    return path
+
+
+def results_overview(paths: Sequence[str | os.PathLike[str]], *,
+                     references: Sequence[PaperReference] | None = None) -> str:
+    """Markdown overview of several result files: one table, what it means, where it came from.
+
+    This is what the README's results section holds (``dpkd results PATH...`` prints it, and a
+    test keeps the README equal to it): :func:`markdown_table` of all the records, what the
+    columns and seconds mean (:func:`seconds_note`), the label accuracy without noise, and a
+    link to each result folder with the provenance of its records (or that none is recorded).
+
+    Args:
+        paths: Result files (``.jsonl`` / ``.json``) or folders holding ``results.jsonl`` (or
+            ``result.json``). Links are the folders as given (relative paths stay relative);
+            the order does not matter (sources are sorted).
+        references: Paper references (default :data:`PAPER_REFERENCES`).
+
+    Returns:
+        The Markdown, ending with a newline.
+
+    Raises:
+        ValueError: For no path, or malformed records (naming file and line).
+        FileNotFoundError: For a missing file, or a folder without results.
+    """
+    if isinstance(paths, str | os.PathLike) or not isinstance(paths, Sequence) or not paths:
+        raise ValueError("paths must be a non-empty sequence of result files or folders; "
+                         f"got {paths!r}")
+    files = sorted({_result_file(p) for p in paths}, key=lambda f: f.as_posix())
+    per_file = [(f, load_records(f)) for f in files]
+    records = [r for _, recs in per_file for r in recs]
+    out = [markdown_table(records, references=references), "",
+           f"{_COLUMNS_NOTE} {seconds_note(records)}", ""]
+    for note in (_purity_note(records), _teacher_note(records)):
+        if note:
+            out += [note, ""]
+    sources = []
+    for f, recs in per_file:
+        folder = f.parent.as_posix()
+        link = folder + "/" if folder not in ("", ".") else "./"
+        runs = f"{len(recs)} run{'s' if len(recs) > 1 else ''}"
+        sources.append(f"[`{f.parent.name or f.name}`]({link}) ({runs}; "
+                       f"{_provenance_summary(recs)})")
+    out += ["Records: " + ", ".join(sources) + ". Each folder's README gives the command that "
+            "produced it.", ""]
+    return "\n".join(out)
+
+
+def sweep_readme(records: Sequence[Mapping[str, Any]], *, command: str, title: str,
+                 plot_name: str | None = "accuracy.png",
+                 references: Sequence[PaperReference] | None = None) -> str:
+    """A Markdown page for a sweep: title, command, devices, plot link, table, paper sources.
+
+    Args:
+        records: Result records of the sweep.
+        command: The command line that produced the records (shown in a code block).
+        title: Page title (a level-1 heading).
+        plot_name: Relative path of the PNG (from
+            :func:`~dpkd_audit.reports.accuracy.plot_accuracy`) beside the page, linked as an
+            image; ``None`` for no link.
+        references: Paper references for the table and the sources list (default:
+            :data:`PAPER_REFERENCES`; the sources list shows those of the records' (method,
+            dataset, mode) triples).
+
+    Returns:
+        The page, ending with a newline.
+
+    Raises:
+        ValueError: For invalid records, an empty ``command`` / ``title``, or a ``plot_name``
+            that is absolute or a URL.
+    """
+    checked = _checked(records)
+    _check_text("command", command)
+    _check_text("title", title)
+    if plot_name is not None:
+        _check_text("plot_name", plot_name)
+        if Path(plot_name).is_absolute() or "://" in plot_name or plot_name.startswith("/"):
+            raise ValueError(f"plot_name must be a relative path (e.g. 'accuracy.png'); "
+                             f"got {plot_name!r}")
+    refs = list(PAPER_REFERENCES) if references is None else _check_references(references)
+    triples = {(str(r["method"]).lower(), str(r["dataset"]).lower(), str(r["mode"]).lower())
+               for r in checked}
+    shown = [ref for ref in refs
+             if (ref.method.lower(), ref.dataset.lower(), ref.mode.lower()) in triples]
+
+    devices = _devices(checked)
+    methods = sorted({str(r["method"]) for r in checked})
+    datasets = sorted({str(r["dataset"]) for r in checked})
+    fence = "````" if "```" in command else "```"
+    out = [f"# {title.strip()}", "", "Produced by:", "", f"{fence}bash", command.strip(), fence, ""]
+    if len(devices) == 1:
+        out.append(f"Device: `{devices[0]}`.")
+    elif devices:
+        out.append("Devices: " + ", ".join(f"`{d}`" for d in devices) + ".")
+    else:
+        out.append("Device: not recorded.")
+    out += ["", f"{len(checked)} runs; methods: {', '.join(methods)}; datasets: "
+                f"{', '.join(datasets)}.", "", f"Code: {_provenance_summary(checked)}.", ""]
+    if plot_name is not None:
+        out += [f"![Accuracy versus epsilon]({plot_name})", ""]
+    out += ["## Results", "", markdown_table(checked, references=refs), "",
+            f"{_COLUMNS_NOTE} {seconds_note(checked)}", ""]
+    if shown:
+        out += ["## Paper references", ""]
+        for ref in shown:
+            extra = []
+            if ref.label_accuracy is not None:
+                extra.append(f"label {100.0 * ref.label_accuracy:.2f}%")
+            if ref.clusters is not None:
+                extra.append(f"s={ref.clusters}")
+            if ref.k is not None:
+                extra.append(f"k={ref.k}")
+            detail = f" ({', '.join(extra)})" if extra else ""
+            out.append(f"- {ref.method} / {ref.dataset} / {ref.mode}, eps={_fmt_eps(ref.epsilon)}"
+                       f": test {100.0 * ref.test_accuracy:.2f}%{detail}. Source: {ref.source}.")
+        out.append("")
+    return "\n".join(out)

@@ -1,0 +1,278 @@
+"""DP-DFD pipeline on the embedded digits: accounting, charges before releases, bad input."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from dp_accounting import dp_event as _dp
+
+from dpkd_audit.accountants.dp_sgd import DpSgdAccountant, dp_sgd_epsilon
+from dpkd_audit.cli.main import main
+from dpkd_audit.errors import BudgetExceededError
+from dpkd_audit.events import SelectiveRandomizedResponseDpEvent
+from dpkd_audit.ledger import Ledger
+from dpkd_audit.mechanisms.selective_rr import SelectiveRandomizedResponse
+from dpkd_audit.pipelines import dpdfd
+from dpkd_audit.pipelines.common.distill import DistillConfig
+from dpkd_audit.pipelines.common.dp_teacher import DpSgdConfig
+from dpkd_audit.pipelines.common.generator import GeneratorConfig
+from dpkd_audit.pipelines.common.student import StudentConfig
+from dpkd_audit.pipelines.common.teacher import TeacherConfig
+from dpkd_audit.pipelines.dpdfd import DpdfdConfig, DpdfdMode, label_rng, ledger_for, run
+
+#: Mechanics only (accuracy is measured by the committed reports, not by tests).
+TINY = {
+    "dataset": "digits", "stages": 3, "stage_size": 32,
+    "teacher": TeacherConfig(width=4, training=StudentConfig(
+        epochs=1, batch_size=64, augment=False, label_smoothing=0.0)),
+    "dp_teacher": TeacherConfig(width=4),
+    "dp_sgd": DpSgdConfig(epochs=1, batch_size=200, learning_rate=0.5),
+    "generator": GeneratorConfig(width=8, steps=3, batch_size=16),
+    "sound_generator": GeneratorConfig(width=8, steps=3, batch_size=16, beta=0.0,
+                                       activation_weight=0.1),
+    "student": DistillConfig(width=4, steps_per_stage=2, batch_size=16),
+}
+
+
+def tiny(**overrides: object) -> DpdfdConfig:
+    return DpdfdConfig.small(**{**TINY, **overrides})
+
+
+@pytest.fixture(scope="module")
+def published() -> tuple[DpdfdConfig, Ledger, dpdfd.DpdfdResult]:
+    config = tiny(mode="published", epsilon=2.0)
+    ledger = ledger_for(config)
+    return config, ledger, run(config, ledger=ledger, rng=label_rng(config), progress=False)
+
+
+@pytest.fixture(scope="module")
+def sound() -> tuple[DpdfdConfig, Ledger, dpdfd.DpdfdResult]:
+    config = tiny(mode="sound", epsilon=3.0, label_epsilon=4.0)
+    ledger = ledger_for(config)
+    return config, ledger, run(config, ledger=ledger, rng=label_rng(config), progress=False)
+
+
+def test_published_records_the_non_private_step_and_every_label(published) -> None:
+    config, ledger, result = published
+    charges = ledger.charges()
+    assert isinstance(charges[0].event, _dp.NonPrivateDpEvent)
+    assert "without noise" in charges[0].label
+    stages = charges[1:]
+    assert len(stages) == config.stages
+    labels = 0
+    for charge in stages:
+        assert isinstance(charge.event, _dp.SelfComposedDpEvent)
+        assert charge.event.event == SelectiveRandomizedResponseDpEvent(epsilon=2.0,
+                                                                        num_classes=10)
+        labels += charge.event.count
+    assert labels == config.labels == result.labels == 96
+    assert math.isinf(float(ledger.spent().epsilon))
+    record = result.to_record(command="test")
+    assert record["epsilon_record_level"] is None and "BatchNorm" in record["record_level_reason"]
+    assert record["epsilon_published"] == record["epsilon"] == 2.0
+    assert record["epsilon_kind"] == "per-label"
+    assert record["epsilon_labels_composed"] == pytest.approx(96 * 2.0)
+    assert record["delta"] == 0.0 and record["dp_sgd"] is None
+    assert len(record["charges"]) == 1 + config.stages
+    json.dumps(record, allow_nan=False)  # strict JSON
+
+
+def test_sound_epsilon_is_the_accountants_figure_for_the_dp_sgd_plan(sound) -> None:
+    _, ledger, result = sound
+    (charge,) = ledger.charges()  # the labels are post-processing: not on this ledger
+    plan = result.dp_sgd
+    assert charge.event == plan.event
+    n = 1200  # the digits' training split
+    assert plan.schedule.dataset_size == n and plan.schedule.batch_size == 200
+    expected = float(dp_sgd_epsilon(plan.schedule, noise_multiplier=plan.noise_multiplier,
+                                    epochs=1, delta=1e-5))
+    assert result.epsilon_record_level == pytest.approx(expected, rel=1e-12)
+    assert expected <= 3.0 * (1 + 1e-9)
+    assert expected >= 3.0 * (1 - 1e-3)  # calibrated: the smallest sigma meeting the target
+    pld = float(dp_sgd_epsilon(plan.schedule, noise_multiplier=plan.noise_multiplier, epochs=1,
+                               delta=1e-5, accountant=DpSgdAccountant.PLD))
+    assert result.epsilon_record_level_pld == pytest.approx(pld, rel=1e-9)
+    record = result.to_record()
+    assert record["epsilon_kind"] == "record-level" and record["delta"] == 1e-5
+    assert record["epsilon_per_label"] == 4.0
+    assert record["epsilon_labels_composed"] == pytest.approx(96 * 4.0)
+    assert record["record_level_reason"] is None
+    assert record["dp_sgd"]["noise_multiplier"] == plan.noise_multiplier
+
+
+def test_published_mode_is_refused_by_a_finite_ledger_before_any_work(monkeypatch) -> None:
+    def no_work(*args: object, **kwargs: object) -> None:
+        raise AssertionError("work started")
+
+    monkeypatch.setattr(dpdfd.pipeline, "train_teacher", no_work)
+    monkeypatch.setattr(dpdfd.pipeline, "prepare", no_work)
+    config = tiny(mode="published", epsilon=1.0)
+    ledger = Ledger(epsilon=1000.0)
+    with pytest.raises(BudgetExceededError,
+                       match=r"finite budget.*nothing after it is differentially private"):
+        run(config, ledger=ledger, rng=label_rng(config), progress=False)
+    assert ledger.charges() == []
+
+
+def test_sound_mode_is_refused_by_a_ledger_it_does_not_fit(monkeypatch) -> None:
+    monkeypatch.setattr(dpdfd.pipeline, "prepare", lambda *a, **k: pytest.fail("work started"))
+    config = tiny(mode="sound", epsilon=3.0)
+    ledger = ledger_for(tiny(mode="sound", epsilon=1.0))  # budget 1 < the run's 3
+    with pytest.raises(BudgetExceededError):
+        run(config, ledger=ledger, rng=label_rng(config), progress=False)
+    assert ledger.charges() == []
+    with pytest.raises(ValueError, match="add/remove-one"):
+        run(config, ledger=Ledger(epsilon=10.0, delta=1e-5), rng=label_rng(config),
+            progress=False)
+
+
+def test_each_stage_is_charged_before_its_labels_exist(monkeypatch) -> None:
+    config = tiny(mode="published", epsilon=1.0)
+    ledger = ledger_for(config)
+    seen: list[int] = []
+    original = SelectiveRandomizedResponse._keep_threshold  # used only to draw labels
+
+    def spy(self, *args, **kwargs):
+        seen.append(len(ledger.charges()))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SelectiveRandomizedResponse, "_keep_threshold", spy)
+    run(config, ledger=ledger, rng=label_rng(config), progress=False)
+    # stage i's labels are drawn after the non-private step and i stage charges
+    assert seen == [2, 3, 4]
+
+
+def test_runs_are_deterministic(published) -> None:
+    config, _, first = published
+    again = run(config, ledger=ledger_for(config), rng=label_rng(config), progress=False)
+    assert again.test_accuracy == first.test_accuracy
+    assert again.label_accuracy == first.label_accuracy
+    assert again.accuracy_per_stage == first.accuracy_per_stage
+
+
+@pytest.mark.parametrize(("overrides", "match"), [
+    ({"mode": "private-ish"}, "mode must be one of"),
+    ({"epsilon": 0.0}, "epsilon"),
+    ({"epsilon": -1.0}, "epsilon"),
+    ({"epsilon": math.inf}, "epsilon"),
+    ({"stages": 0}, "stages"),
+    ({"stage_size": 1}, "stage_size"),
+    ({"label_epsilon": 1.0}, "label_epsilon applies to mode='sound'"),
+    ({"mode": "sound", "label_epsilon": 0.0}, "label_epsilon"),
+    ({"mode": "sound", "sound_generator": GeneratorConfig(beta=1.0)}, "sound_generator.beta"),
+    ({"threshold": 1.0}, "threshold"),
+    ({"dataset": "cifar"}, "dataset"),
+])
+def test_bad_config_is_refused_by_name(overrides: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        tiny(**overrides)
+
+
+def test_config_round_trips_to_json() -> None:
+    config = tiny(mode="sound", epsilon=1.0)
+    data = json.loads(json.dumps(config.to_dict()))
+    assert data["mode"] == "sound" and data["label_epsilon"] == 10.0
+    assert data["dp_teacher"]["architecture"] == "vgg"
+    assert DpdfdConfig.small(dataset="mnist").dp_teacher.architecture.value == "tanh-cnn"
+    assert DpdfdConfig.paper().teacher.architecture.value == "resnet34"
+    assert DpdfdMode("sound").epsilon_kind == "record-level"
+
+
+def _cli(tmp_path: Path, *extra: str) -> list[str]:
+    return ["run", "dpdfd", "--stages", "2", "--stage-size", "16", "--teacher-epochs", "1",
+            "--generator-steps", "2", "--quiet", "--out", str(tmp_path / "out"), *extra]
+
+
+def test_cli_run_writes_a_record(tmp_path: Path, capsys) -> None:
+    assert main(_cli(tmp_path, "--mode", "published", "--epsilon", "5")) == 0
+    record = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert record["method"] == "dpdfd" and record["mode"] == "published"
+    assert record["epsilon_record_level"] is None and record["labels"] == 32
+    assert record["command"].startswith("dpkd run dpdfd")
+    assert "inf (not DP at record level)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (("--mode", "secret"), "invalid choice"),
+    (("--epsilon", "0"), "must be a finite number > 0"),
+    (("--epsilon", "nan"), "must be a finite number > 0"),
+    (("--stages", "0"), "must be an integer >= 1"),
+    (("--mode", "published", "--label-epsilon", "2"), "--label-epsilon applies to --mode sound"),
+])
+def test_cli_bad_input_fails_before_any_work(tmp_path: Path, capsys, extra: tuple,
+                                             message: str) -> None:
+    code = None
+    try:
+        code = main(_cli(tmp_path, *extra))
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_published_refused_by_a_finite_ledger_file(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "budget.sqlite"
+    Ledger(epsilon=5.0, path=path).close()
+    assert main(_cli(tmp_path, "--mode", "published", "--ledger", str(path))) == 2
+    assert "finite budget" in capsys.readouterr().err
+    assert Ledger.open(path).charges() == []
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_sweep_shares_the_teacher_between_published_runs(tmp_path: Path, monkeypatch,
+                                                             capsys) -> None:
+    calls: list[float] = []
+    original = dpdfd.pipeline.prepare
+
+    def counting(config, **kwargs):
+        calls.append(config.epsilon)
+        return original(config, **kwargs)
+
+    # the module, not the function dpdfd.sweep that shadows it in the package namespace
+    monkeypatch.setattr(importlib.import_module("dpkd_audit.pipelines.dpdfd.sweep"), "prepare",
+                        counting)
+    out = tmp_path / "sweep"
+    argv = ["sweep", "dpdfd", "--epsilons", "1,4", "--stages", "2", "--stage-size", "16",
+            "--teacher-epochs", "1", "--generator-steps", "2", "--quiet", "--out", str(out)]
+    assert main(argv) == 0
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["epsilon"] for r in records] == [1.0, 4.0]
+    assert calls == [1.0]  # one teacher and generator for both epsilons
+    assert all(r["shared_stages"] == ["data", "teacher", "generator"] for r in records)
+    assert records[0]["teacher_accuracy"] == records[1]["teacher_accuracy"]
+    assert (out / "accuracy.png").stat().st_size > 0
+    assert "What epsilon means here" in (out / "README.md").read_text()
+    assert main(argv) == 2  # an existing results.jsonl is refused without --resume / --force
+    assert "--resume" in capsys.readouterr().err
+    assert main([*argv, "--resume"]) == 0  # nothing left to run
+    assert len((out / "results.jsonl").read_text().splitlines()) == 2
+
+
+def test_unbounded_ledger_file_round_trips(tmp_path: Path) -> None:
+    path = tmp_path / "published.sqlite"
+    with pytest.raises(ValueError, match="epsilon"):  # an infinite budget is opt-in
+        Ledger(epsilon=math.inf, path=path)
+    with pytest.raises(ValueError, match=r"unbounded=True needs epsilon=math\.inf"):
+        Ledger(epsilon=5.0, unbounded=True)
+    ledger = Ledger(epsilon=math.inf, unbounded=True, path=path)
+    ledger.charge(_dp.NonPrivateDpEvent(), label="teacher without noise")
+    ledger.close()
+    again = Ledger.open(path)
+    assert math.isinf(again.epsilon) and len(again.charges()) == 1
+    assert math.isinf(float(again.spent().epsilon))
+    with pytest.raises(Exception, match="holds a ledger for epsilon=inf"):
+        Ledger(epsilon=5.0, path=path)  # the stored identity is checked as for any budget
+
+
+def test_label_rng_depends_on_seed_mode_and_epsilon() -> None:
+    draws = {(m, e, s): label_rng(tiny(mode=m, epsilon=e, seed=s)).integers(0, 2**62)
+             for m in ("published", "sound") for e in (1.0, 2.0) for s in (0, 1)}
+    assert len(set(draws.values())) == len(draws)
+    assert label_rng(tiny(epsilon=1.0)).integers(0, 2**62) == draws[("published", 1.0, 0)]
+    assert np.isfinite(list(draws.values())).all()

@@ -1,0 +1,275 @@
+"""Data-free generator: each loss term against hand-computed values, hooks, determinism."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from dpkd_audit.pipelines.common.distill import (
+    DistillConfig,
+    ReleaseChannel,
+    StagedStudent,
+    kl_distillation_loss,
+    selective_rr_forward_loss,
+)
+from dpkd_audit.pipelines.common.generator import (
+    BnStatistics,
+    DaflGenerator,
+    GeneratorConfig,
+    activation_loss,
+    argmax_cross_entropy,
+    bn_statistics_distance,
+    fit_generator,
+    generator_loss,
+    information_entropy_loss,
+)
+from dpkd_audit.pipelines.common.student import build_student
+from dpkd_audit.pipelines.common.teacher import (
+    TeacherArchitecture,
+    TeacherConfig,
+    build_teacher,
+    penultimate_features,
+)
+
+
+def test_argmax_cross_entropy_by_hand() -> None:
+    logits = torch.tensor([[2.0, 0.0], [0.0, 1.0]])
+    # CE to the argmax: -log softmax at the larger logit = log(1 + e^-gap)
+    expected = (math.log1p(math.exp(-2.0)) + math.log1p(math.exp(-1.0))) / 2
+    assert float(argmax_cross_entropy(logits)) == pytest.approx(expected, rel=1e-6)
+
+
+def test_information_entropy_by_hand() -> None:
+    k = 4
+    assert float(information_entropy_loss(torch.zeros(3, k))) == pytest.approx(-math.log(k))
+    # two confident rows of different classes: batch mean (1/2, 1/2, 0, 0) up to e^-30
+    logits = torch.tensor([[30.0, 0.0, 0.0, 0.0], [0.0, 30.0, 0.0, 0.0]])
+    assert float(information_entropy_loss(logits)) == pytest.approx(-math.log(2), rel=1e-6)
+    # all rows of one class: the mean is one-hot, entropy 0 (the worst value)
+    same = torch.tensor([[30.0, 0.0, 0.0, 0.0]] * 5)
+    assert float(information_entropy_loss(same)) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_activation_loss_by_hand() -> None:
+    assert float(activation_loss(torch.tensor([[1.0, -2.0], [3.0, 0.0]]))) == -1.5
+
+
+def test_bn_statistics_distance_by_hand() -> None:
+    pairs = [(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 1.0]),
+              torch.tensor([0.0, 0.0]), torch.tensor([1.0, 1.0])),
+             (torch.tensor([0.0]), torch.tensor([4.0]), torch.tensor([0.0]), torch.tensor([1.0]))]
+    assert float(bn_statistics_distance(pairs)) == pytest.approx(math.sqrt(5) + 3.0)
+    with pytest.raises(ValueError, match="no BatchNorm"):
+        bn_statistics_distance([])
+
+
+def test_bn_hooks_read_the_inputs_of_every_batchnorm() -> None:
+    model = nn.Sequential(nn.Conv2d(1, 3, 1), nn.BatchNorm2d(3), nn.ReLU(), nn.BatchNorm2d(3))
+    model.eval()
+    x = torch.randn(5, 1, 4, 4, generator=torch.Generator().manual_seed(0))
+    recorder = BnStatistics(model)
+    assert recorder.count == 2
+    with recorder, torch.no_grad():
+        model(x)
+    first = model[0](x)
+    mean, var, run_mean, run_var = recorder.pairs[0]
+    torch.testing.assert_close(mean, first.mean(dim=(0, 2, 3)))
+    torch.testing.assert_close(var, first.var(dim=(0, 2, 3), unbiased=False))
+    assert run_mean is model[1].running_mean and run_var is model[1].running_var
+    assert len(recorder.pairs) == 2
+    with torch.no_grad():  # hooks are gone after the block
+        model(x)
+    assert len(recorder.pairs) == 2
+
+
+def _teacher() -> nn.Module:
+    return build_student((8, 8), 3, 4, generator=torch.Generator().manual_seed(1)).eval()
+
+
+def test_generator_loss_is_the_weighted_sum_of_its_terms() -> None:
+    teacher = _teacher()
+    images = torch.rand(6, 1, 8, 8, generator=torch.Generator().manual_seed(2))
+    config = GeneratorConfig(width=8, steps=1, batch_size=6, cross_entropy_weight=0.7,
+                             alpha=5.0, beta=10.0, activation_weight=0.1)
+    total, terms = generator_loss(teacher, images, config, BnStatistics(teacher))
+    assert set(terms) == {"cross_entropy", "information_entropy", "activation", "bn_statistics"}
+    expected = (0.7 * terms["cross_entropy"] + 5.0 * terms["information_entropy"]
+                + 0.1 * terms["activation"] + 10.0 * terms["bn_statistics"])
+    torch.testing.assert_close(total, expected)
+    logits, features = penultimate_features(teacher, images)
+    torch.testing.assert_close(terms["activation"], activation_loss(features))
+    torch.testing.assert_close(terms["cross_entropy"], argmax_cross_entropy(logits))
+
+
+def test_fit_generator_leaves_the_teacher_unchanged_and_is_deterministic() -> None:
+    teacher = _teacher()
+    before = {k: v.clone() for k, v in teacher.state_dict().items()}
+    config = GeneratorConfig(width=8, steps=5, batch_size=16)
+    a = fit_generator(teacher, image_shape=(8, 8), num_classes=3, config=config, seed=3,
+                      device="cpu", progress=False)
+    for key, value in teacher.state_dict().items():
+        torch.testing.assert_close(value, before[key], msg=key)  # running stats included
+    assert not teacher.training
+    b = fit_generator(teacher, image_shape=(8, 8), num_classes=3, config=config, seed=3,
+                      device="cpu", progress=False)
+    sa = a.generator.sample(10, torch.Generator().manual_seed(0))
+    sb = b.generator.sample(10, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(sa, sb)
+    assert sa.shape == (10, 1, 8, 8) and float(sa.min()) >= 0 and float(sa.max()) <= 1
+    assert sum(a.class_histogram) == 1000 and a.steps == 5
+    assert set(a.loss_terms) == {"cross_entropy", "information_entropy", "bn_statistics"}
+
+
+def test_bn_term_needs_batchnorm() -> None:
+    teacher = build_teacher(TeacherConfig(architecture=TeacherArchitecture.TANH_CNN),
+                            (28, 28), 10, generator=torch.Generator().manual_seed(0)).eval()
+    with pytest.raises(ValueError, match="set beta=0"):
+        fit_generator(teacher, image_shape=(28, 28), num_classes=10,
+                      config=GeneratorConfig(width=8, steps=1, batch_size=4), seed=0,
+                      device="cpu", progress=False)
+    result = fit_generator(teacher, image_shape=(28, 28), num_classes=10,
+                           config=GeneratorConfig(width=8, steps=1, batch_size=4, beta=0.0,
+                                                  activation_weight=0.1),
+                           seed=0, device="cpu", progress=False)
+    assert "activation" in result.loss_terms and "bn_statistics" not in result.loss_terms
+
+
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("width", 1, "width"), ("steps", 0, "steps"), ("alpha", -1.0, "alpha"),
+    ("beta", math.nan, "beta"), ("learning_rate", 0.0, "learning_rate"),
+])
+def test_generator_config_refuses_bad_values(field: str, value: object, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        GeneratorConfig(**{field: value})
+
+
+def test_generator_needs_sides_that_are_multiples_of_four() -> None:
+    with pytest.raises(ValueError, match="multiples of 4"):
+        fit_generator(_teacher(), image_shape=(10, 10), num_classes=3,
+                      config=GeneratorConfig(width=8, steps=1, batch_size=4), seed=0,
+                      device="cpu", progress=False)
+    with pytest.raises(ValueError, match="n must be"):
+        DaflGenerator(latent_dim=4, width=4, image_shape=(8, 8)).sample(
+            1, torch.Generator())
+
+
+def test_kl_distillation_loss_by_hand() -> None:
+    logits = torch.tensor([[1.0, 2.0, 0.5]])
+    onehot = torch.tensor([[0.0, 1.0, 0.0]])
+    ce = torch.nn.functional.cross_entropy(logits, torch.tensor([1]))
+    torch.testing.assert_close(kl_distillation_loss(logits, onehot), ce)  # H(onehot) = 0
+    soft = torch.tensor([[0.2, 0.5, 0.3]])
+    log_p = torch.log_softmax(logits, dim=1)
+    expected = (soft * (soft.log() - log_p)).sum()
+    torch.testing.assert_close(kl_distillation_loss(logits, soft), expected)
+
+
+def test_tanh_cnn_refuses_small_images() -> None:
+    with pytest.raises(ValueError, match="at least 28x28"):
+        build_teacher(TeacherConfig(architecture="tanh-cnn"), (8, 8), 10,
+                      generator=torch.Generator())
+    with pytest.raises(ValueError, match="architecture must be one of"):
+        TeacherConfig(architecture="resnet-9000")
+
+
+@pytest.mark.parametrize("arch", ["vgg", "resnet18", "tanh-cnn"])
+def test_teachers_have_a_classifier_and_deterministic_weights(arch: str) -> None:
+    config = TeacherConfig(architecture=arch, width=4)
+    a = build_teacher(config, (28, 28), 10, generator=torch.Generator().manual_seed(5))
+    b = build_teacher(config, (28, 28), 10, generator=torch.Generator().manual_seed(5))
+    x = torch.rand(2, 1, 28, 28, generator=torch.Generator().manual_seed(0))
+    a.eval()
+    b.eval()
+    logits, features = penultimate_features(a, x)
+    assert logits.shape == (2, 10) and features.shape[0] == 2
+    torch.testing.assert_close(a(x), b(x))
+
+
+def test_staged_student_pools_released_labels() -> None:
+    student = StagedStudent(config=DistillConfig(width=4, steps_per_stage=2, batch_size=8,
+                                                 loss="kl"),
+                            image_shape=(8, 8), num_classes=3, stages=2, seed=0, device="cpu")
+    images = torch.rand(6, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="pool is empty"):
+        student.train_stage()
+    student.add(images, np.array([0, 1, 2, 0, 1, 2]))
+    student.add(images, np.full((6, 3), 1 / 3))
+    assert student.pool_size == 12
+    assert math.isfinite(student.train_stage())
+    probs = student.probabilities(images)
+    torch.testing.assert_close(probs.sum(dim=1), torch.ones(6))
+    with pytest.raises(ValueError, match="labels must be"):
+        student.add(images, np.zeros((6, 4)))
+
+
+def test_forward_loss_is_the_likelihood_of_the_mechanisms_exact_law() -> None:
+    from dpkd_audit.mechanisms import SelectiveRandomizedResponse
+
+    rng = np.random.default_rng(0)
+    k = 6
+    for eps in (0.3, 1.0, 4.0):
+        mech = SelectiveRandomizedResponse(epsilon=eps, num_classes=k)
+        student = rng.dirichlet(np.full(k, 0.3), size=50)   # I of every size from 2 to k
+        student /= student.sum(axis=1, keepdims=True)
+        mask, keep, other = mech.release_channel(student)
+        assert {int(s) for s in mask.sum(axis=1)} >= {2, 3}
+        logits = torch.randn(50, k, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        p = torch.softmax(logits, dim=1).numpy()
+        for i in range(50):
+            # q(r) = sum_a p(a) P(r | a) from the mechanism's own exact pmf
+            q = sum(p[i, a] * mech.output_pmf(a, student[i]) for a in range(k))
+            for r in np.flatnonzero(mask[i]):
+                loss = selective_rr_forward_loss(
+                    logits[i:i + 1], torch.tensor([r]), torch.from_numpy(mask[i:i + 1]),
+                    torch.tensor(keep[i:i + 1]), torch.tensor(other[i:i + 1]))
+                assert float(loss) == pytest.approx(-math.log(q[r]), rel=1e-6)
+
+
+def test_noise_aware_student_needs_the_channel_and_hard_labels() -> None:
+    student = StagedStudent(config=DistillConfig(width=4, steps_per_stage=2, batch_size=8),
+                            image_shape=(8, 8), num_classes=3, stages=1, seed=0, device="cpu")
+    images = torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    labels = np.array([0, 1, 2, 0])
+    with pytest.raises(ValueError, match="release channel"):
+        student.add(images, labels)
+    with pytest.raises(ValueError, match="hard labels"):
+        student.add(images, np.full((4, 3), 1 / 3))
+    mask = np.ones((4, 3), dtype=bool)
+    with pytest.raises(ValueError, match="channel must hold"):
+        student.add(images, labels, ReleaseChannel(mask=mask[:2], keep=np.full(4, 0.5),
+                                                   other=np.full(4, 0.25)))
+    student.add(images, labels, ReleaseChannel(mask=mask, keep=np.full(4, 0.5),
+                                               other=np.full(4, 0.25)))
+    assert math.isfinite(student.train_stage())
+    with pytest.raises(ValueError, match="loss must be one of"):
+        DistillConfig(loss="mse")
+
+
+def test_forward_loss_learns_the_teacher_where_kl_learns_the_noise() -> None:
+    """Label 0 kept w.p. 0.4 among |I| = 4: forward correction recovers p_0 = 1, KL gives 0.4."""
+    k = 4
+    released = torch.tensor([0] * 8 + [1] * 4 + [2] * 4 + [3] * 4)  # the exact law, 20 rows
+    n = released.numel()
+    mask = torch.ones(n, k, dtype=torch.bool)
+    keep, other = torch.full((n,), 0.4), torch.full((n,), 0.2)
+    fitted = {}
+    for name in ("forward", "kl"):
+        logits = torch.zeros(1, k, requires_grad=True)
+        optimizer = torch.optim.Adam([logits], lr=0.1)
+        for _ in range(300):
+            if name == "forward":
+                loss = selective_rr_forward_loss(logits.expand(n, k), released, mask, keep, other)
+            else:
+                loss = kl_distillation_loss(logits.expand(n, k),
+                                            torch.nn.functional.one_hot(released, k).float())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        fitted[name] = float(torch.softmax(logits.detach(), dim=1)[0, 0])
+    # maximum likelihood: q_0 = 0.2 p_0 + 0.2 = 0.4, so p_0 = 1; KL matches the frequency 0.4
+    assert fitted["forward"] > 0.95
+    assert fitted["kl"] == pytest.approx(0.4, abs=0.01)
