@@ -19,6 +19,7 @@ from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms.selective_rr import SelectiveRandomizedResponse
 from dpkd_audit.pipelines import dpdfd
 from dpkd_audit.pipelines.common.distill import DistillConfig
+from dpkd_audit.pipelines.common.dp_statistics import StatisticsConfig
 from dpkd_audit.pipelines.common.dp_teacher import DpSgdConfig
 from dpkd_audit.pipelines.common.generator import GeneratorConfig
 from dpkd_audit.pipelines.common.student import StudentConfig
@@ -33,7 +34,7 @@ TINY = {
     "dp_teacher": TeacherConfig(width=4),
     "dp_sgd": DpSgdConfig(epochs=1, batch_size=200, learning_rate=0.5),
     "generator": GeneratorConfig(width=8, steps=3, batch_size=16),
-    "sound_generator": GeneratorConfig(width=8, steps=3, batch_size=16, beta=0.0,
+    "sound_generator": GeneratorConfig(width=8, steps=3, batch_size=16, beta=10.0,
                                        activation_weight=0.1),
     "student": DistillConfig(width=4, steps_per_stage=2, batch_size=16),
 }
@@ -83,26 +84,53 @@ def test_published_records_the_non_private_step_and_every_label(published) -> No
 
 
 def test_sound_epsilon_is_the_accountants_figure_for_the_dp_sgd_plan(sound) -> None:
-    _, ledger, result = sound
-    (charge,) = ledger.charges()  # the labels are post-processing: not on this ledger
+    config, ledger, result = sound
+    teacher, stats = ledger.charges()  # the labels are post-processing: not on this ledger
     plan = result.dp_sgd
-    assert charge.event == plan.event
+    assert teacher.event == plan.event and "DP-SGD" in teacher.label
+    mechanism = dpdfd.statistics_release(config)
+    assert stats.event == mechanism.event and "statistics" in stats.label
+    assert mechanism.epsilon == pytest.approx(0.1 * 3.0) and mechanism.delta == 1e-5
+    assert float(mechanism.sensitivity.value) == config.statistics.clip_norm
     n = 1200  # the digits' training split
     assert plan.schedule.dataset_size == n and plan.schedule.batch_size == 200
-    expected = float(dp_sgd_epsilon(plan.schedule, noise_multiplier=plan.noise_multiplier,
-                                    epochs=1, delta=1e-5))
-    assert result.epsilon_record_level == pytest.approx(expected, rel=1e-12)
-    assert expected <= 3.0 * (1 + 1e-9)
-    assert expected >= 3.0 * (1 - 1e-3)  # calibrated: the smallest sigma meeting the target
-    pld = float(dp_sgd_epsilon(plan.schedule, noise_multiplier=plan.noise_multiplier, epochs=1,
-                               delta=1e-5, accountant=DpSgdAccountant.PLD))
-    assert result.epsilon_record_level_pld == pytest.approx(pld, rel=1e-9)
+    epsilons = {}
+    for kind in DpSgdAccountant:  # an independent composition of the two charged events
+        accountant = kind.make()
+        accountant.compose(plan.event).compose(mechanism.event)
+        epsilons[kind] = float(accountant.get_epsilon(1e-5))
+    assert result.epsilon_record_level == pytest.approx(epsilons[DpSgdAccountant.RDP],
+                                                        rel=1e-12)
+    assert result.epsilon_record_level_pld == pytest.approx(epsilons[DpSgdAccountant.PLD],
+                                                            rel=1e-9)
+    assert epsilons[DpSgdAccountant.RDP] <= 3.0 * (1 + 1e-9)
+    # calibrated: the smallest sigma meeting the target with the statistics release composed
+    assert epsilons[DpSgdAccountant.RDP] >= 3.0 * (1 - 1e-3)
+    alone = float(dp_sgd_epsilon(plan.schedule, noise_multiplier=plan.noise_multiplier,
+                                 epochs=1, delta=1e-5))
+    assert alone < epsilons[DpSgdAccountant.RDP]  # the statistics are paid for
     record = result.to_record()
     assert record["epsilon_kind"] == "record-level" and record["delta"] == 1e-5
     assert record["epsilon_per_label"] == 4.0
     assert record["epsilon_labels_composed"] == pytest.approx(96 * 4.0)
     assert record["record_level_reason"] is None
     assert record["dp_sgd"]["noise_multiplier"] == plan.noise_multiplier
+    assert record["statistics"]["epsilon"] == mechanism.epsilon
+    assert record["statistics"]["layers"] == 5  # the VGG-like net's five convs
+    assert "bn_statistics" not in record["generator"]["loss_terms"]
+    assert "dp_feature_statistics" in record["generator"]["loss_terms"]
+    assert "statistics" in record["seconds"]
+
+
+def test_sound_mode_never_reads_batchnorm_running_statistics(monkeypatch) -> None:
+    from dpkd_audit.pipelines.common import generator
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a sound run read BatchNorm running statistics")
+
+    monkeypatch.setattr(generator.BnStatistics, "__init__", refuse)
+    config = tiny(mode="sound", epsilon=3.0)
+    run(config, ledger=ledger_for(config), rng=label_rng(config), progress=False)
 
 
 def test_published_mode_is_refused_by_a_finite_ledger_before_any_work(monkeypatch) -> None:
@@ -164,7 +192,9 @@ def test_runs_are_deterministic(published) -> None:
     ({"stage_size": 1}, "stage_size"),
     ({"label_epsilon": 1.0}, "label_epsilon applies to mode='sound'"),
     ({"mode": "sound", "label_epsilon": 0.0}, "label_epsilon"),
-    ({"mode": "sound", "sound_generator": GeneratorConfig(beta=1.0)}, "sound_generator.beta"),
+    ({"mode": "sound", "sound_generator": GeneratorConfig(beta=0.0)}, "sound_generator.beta"),
+    ({"mode": "sound", "statistics": StatisticsConfig(epsilon_share=0.0)},
+     "sound_generator.beta"),
     ({"threshold": 1.0}, "threshold"),
     ({"dataset": "cifar"}, "dataset"),
 ])
@@ -276,3 +306,30 @@ def test_label_rng_depends_on_seed_mode_and_epsilon() -> None:
     assert len(set(draws.values())) == len(draws)
     assert label_rng(tiny(epsilon=1.0)).integers(0, 2**62) == draws[("published", 1.0, 0)]
     assert np.isfinite(list(draws.values())).all()
+
+
+def test_cli_label_loss_and_statistics_share_reach_the_config(tmp_path: Path) -> None:
+    argv = _cli(tmp_path, "--mode", "sound", "--epsilon", "2", "--label-loss", "kl",
+                "--statistics-share", "0", "--json")
+    assert main(argv) == 0
+    record = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert record["config"]["student"]["loss"] == "kl"
+    assert record["statistics"] is None and len(record["charges"]) == 1
+    assert record["config"]["sound_generator"]["beta"] == 0.0
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (("--mode", "published", "--statistics-share", "0.2"), "applies to sound runs only"),
+    (("--mode", "sound", "--statistics-share", "1"), "must be a number in [0, 1)"),
+    (("--label-loss", "mse"), "invalid choice"),
+])
+def test_cli_refuses_bad_statistics_and_loss_options(tmp_path: Path, capsys, extra: tuple,
+                                                     message: str) -> None:
+    code = None
+    try:
+        code = main(_cli(tmp_path, *extra))
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -273,3 +273,116 @@ def test_forward_loss_learns_the_teacher_where_kl_learns_the_noise() -> None:
     # maximum likelihood: q_0 = 0.2 p_0 + 0.2 = 0.4, so p_0 = 1; KL matches the frequency 0.4
     assert fitted["forward"] > 0.95
     assert fitted["kl"] == pytest.approx(0.4, abs=0.01)
+
+
+def test_statistics_config_is_checked_by_name() -> None:
+    from dpkd_audit.pipelines.common.dp_statistics import StatisticsConfig
+
+    for kwargs, match in [({"epsilon_share": 1.0}, "epsilon_share"),
+                          ({"epsilon_share": -0.1}, "epsilon_share"),
+                          ({"epsilon_share": math.nan}, "epsilon_share"),
+                          ({"clip_norm": 0.0}, "clip_norm"),
+                          ({"pixel_statistics": 1}, "pixel_statistics"),
+                          ({"batch_size": 0}, "batch_size")]:
+        with pytest.raises(ValueError, match=match):
+            StatisticsConfig(**kwargs)
+
+
+def _tiny_teacher():
+    return build_teacher(TeacherConfig(width=4), (8, 8), 3,
+                         generator=torch.Generator().manual_seed(0)).eval()
+
+
+def _exact_sum(teacher, images, config):
+    """The unnoised sum, by releasing it with a mechanism of negligible noise."""
+    from dpkd_audit.ledger import Ledger
+    from dpkd_audit.mechanisms import Gaussian
+    from dpkd_audit.pipelines.common.dp_statistics import release_feature_statistics
+
+    mechanism = Gaussian(epsilon=1e12, delta=0.5, sensitivity=config.clip_norm)
+    return release_feature_statistics(teacher, images, config=config, mechanism=mechanism,
+                                      ledger=Ledger(epsilon=1e12, delta=0.9),
+                                      rng=np.random.default_rng(0), device=torch.device("cpu"))
+
+
+def test_released_statistics_are_the_clipped_means_and_one_record_moves_them_by_c_over_n():
+    from dpkd_audit.pipelines.common.dp_statistics import StatisticsConfig, statistics_layers
+
+    teacher = _tiny_teacher()
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(50, 8, 8), dtype=np.uint8)
+    big = StatisticsConfig(clip_norm=1e3)   # no clipping: the plain means
+    ref = _exact_sum(teacher, images, big)
+    x = torch.from_numpy(images).float().div(255.0).unsqueeze(1).double()
+    np.testing.assert_allclose(ref.means[0].numpy(), x.flatten(1).mean(0).numpy(), atol=1e-4)
+    np.testing.assert_allclose(ref.variances[0].numpy(), x.flatten(1).var(0, unbiased=False)
+                               .numpy(), atol=1e-4)
+    assert len(ref.means) == len(statistics_layers(teacher))
+    assert ref.means[1].shape == (4,)       # per channel after the first layer
+    # with clipping, adding one extreme record moves the sum (n x the released means) by <= C
+    small = StatisticsConfig(clip_norm=0.5)
+    extreme = np.concatenate([images, np.full((1, 8, 8), 255, dtype=np.uint8)])
+    before = _exact_sum(teacher, images, small)
+    after = _exact_sum(teacher, extreme, small)
+    def total(ref, n):
+        second = [v + m * m for m, v in zip(ref.means, ref.variances, strict=True)]
+        return torch.cat([*ref.means, *second]).double() * n
+    moved = float(torch.linalg.vector_norm(total(after, 51) - total(before, 50)))
+    assert moved <= 0.5 * (1 + 1e-5)
+    assert moved > 0.4                       # the clip binds: the record counts fully
+
+
+def test_statistics_release_is_charged_before_it_exists_and_refused_without_budget():
+    from dp_accounting import dp_event as _dp
+
+    from dpkd_audit.errors import BudgetExceededError
+    from dpkd_audit.ledger import Ledger
+    from dpkd_audit.pipelines.common.dp_statistics import (
+        StatisticsConfig,
+        release_feature_statistics,
+        statistics_mechanism,
+    )
+
+    teacher = _tiny_teacher()
+    images = np.random.default_rng(1).integers(0, 256, size=(20, 8, 8), dtype=np.uint8)
+    config = StatisticsConfig(clip_norm=2.0)
+    mechanism = statistics_mechanism(config, target_epsilon=5.0, delta=1e-5)
+    assert mechanism.epsilon == pytest.approx(0.5)
+    ledger = Ledger(epsilon=0.4, delta=1e-5)   # cannot pay 0.5
+    rng = np.random.default_rng(2)
+    state = rng.bit_generator.state
+    with pytest.raises(BudgetExceededError):
+        release_feature_statistics(teacher, images, config=config, mechanism=mechanism,
+                                   ledger=ledger, rng=rng, device=torch.device("cpu"))
+    assert ledger.charges() == [] and rng.bit_generator.state == state
+    ledger = Ledger(epsilon=1.0, delta=1e-5)
+    ref = release_feature_statistics(teacher, images, config=config, mechanism=mechanism,
+                                     ledger=ledger, rng=rng, device=torch.device("cpu"))
+    (charge,) = ledger.charges()
+    assert charge.event == mechanism.event and isinstance(charge.event, _dp.GaussianDpEvent)
+    assert all(bool((v >= 0).all()) for v in ref.variances)
+    with pytest.raises(ValueError, match="clip_norm"):
+        release_feature_statistics(teacher, images, config=StatisticsConfig(clip_norm=3.0),
+                                   mechanism=mechanism, ledger=ledger, rng=rng,
+                                   device=torch.device("cpu"))
+    with pytest.raises(ValueError, match="disabled"):
+        statistics_mechanism(StatisticsConfig(epsilon_share=0.0), target_epsilon=1.0,
+                             delta=1e-5)
+
+
+def test_feature_statistics_pair_the_batch_with_the_reference():
+    from dpkd_audit.pipelines.common.dp_statistics import FeatureStatistics, StatisticsConfig
+
+    teacher = _tiny_teacher()
+    images = np.random.default_rng(3).integers(0, 256, size=(30, 8, 8), dtype=np.uint8)
+    ref = _exact_sum(teacher, images, StatisticsConfig(clip_norm=1e3))
+    term = FeatureStatistics(teacher, ref)
+    x = torch.from_numpy(images).float().div(255.0).unsqueeze(1)
+    with torch.no_grad(), term:
+        teacher(x)
+    assert term.count == len(term.pairs) == len(ref.means)
+    # the same images: batch statistics equal the reference, distance ~ 0
+    assert float(bn_statistics_distance(term.pairs)) < 1e-2
+    with torch.no_grad(), term:
+        teacher(torch.rand(30, 1, 8, 8, generator=torch.Generator().manual_seed(0)))
+    assert float(bn_statistics_distance(term.pairs)) > 0.1

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Sequence
 
 from dp_accounting import dp_event as _dp
 
@@ -126,7 +127,7 @@ def dp_sgd_epsilon(schedule: DpSgdSchedule, *, noise_multiplier: float, epochs: 
 def calibrate_dp_sgd_noise(schedule: DpSgdSchedule, *, epochs: int, target_epsilon: float,
                            delta: float,
                            accountant: DpSgdAccountant = DpSgdAccountant.RDP,
-                           rtol: float = 1e-6) -> float:
+                           rtol: float = 1e-6, also: Sequence[_dp.DpEvent] = ()) -> float:
     """Smallest noise multiplier (to ``rtol``) whose run is ``target_epsilon``-DP at ``delta``.
 
     Args:
@@ -136,6 +137,9 @@ def calibrate_dp_sgd_noise(schedule: DpSgdSchedule, *, epochs: int, target_epsil
         delta: Target delta, in (0, 1).
         accountant: RDP (default) or PLD.
         rtol: Relative width of the final bracket.
+        also: Other releases on the same data that the budget must cover too (composed with
+            the DP-SGD run, e.g. DGD's label queries or a statistics release); their cost is
+            fixed, the DP-SGD noise takes what is left.
 
     Returns:
         sigma with ``dp_sgd_epsilon(schedule, noise_multiplier=sigma, ...) <= target_epsilon``.
@@ -148,8 +152,16 @@ def calibrate_dp_sgd_noise(schedule: DpSgdSchedule, *, epochs: int, target_epsil
     steps = schedule.steps(epochs)
     accountant = _check_accountant(accountant)
 
+    also = tuple(also)
+    base = accountant.make()
+    for event in also:  # refuses an event the accountant cannot handle, before the search
+        base.compose(event)
+
     def build(sigma: float) -> Accountant:
-        return accountant.make().compose(schedule.step_event(sigma), steps)
+        composed = accountant.make()
+        for event in also:
+            composed.compose(event)
+        return composed.compose(schedule.step_event(sigma), steps)
 
     return calibration.calibrate_noise(build, target_epsilon=target_epsilon, target_delta=delta,
                                        lower=1e-2, upper=1e4, rtol=rtol)

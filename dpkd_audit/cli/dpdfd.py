@@ -16,12 +16,11 @@ from typing import Any
 from dpkd_audit.cli.paths import output_file
 from dpkd_audit.cli.pipelines import (
     _command,
-    _done_keys,
     _float_list,
     _int_list,
     _out_dir,
     _write_json,
-    write_sweep_report,
+    run_sweep,
 )
 
 __all__ = ["add_dpdfd_parsers"]
@@ -37,8 +36,9 @@ teacher saw the private records without noise and the generator was fitted to it
 running statistics, so the record-level epsilon is infinite (the ledger holds a
 `NonPrivateDpEvent`); even setting that aside, Q labels from one teacher compose to Q * eps
 (`epsilon_labels_composed` in each record). In `sound` rows, epsilon is the record-level
-(epsilon, delta = 1e-5) guarantee of the whole run: the teacher is trained with DP-SGD (its
-event charged to the ledger, RDP; the PLD figure is in the record) and everything after it is
+(epsilon, delta = 1e-5) guarantee of the whole run: the teacher is trained with DP-SGD and
+feature statistics are read through it with the Gaussian mechanism (both charged to the
+ledger, composed by RDP; the PLD figure is in the record), and everything after them is
 post-processing; its labels also carry a per-label epsilon (`epsilon_per_label`). The two
 kinds of epsilon are not comparable: the plot puts them on one axis only for compactness.
 """
@@ -71,6 +71,16 @@ def _config(args: argparse.Namespace, *, epsilon: float, mode: str) -> Any:
         config = replace(config, teacher=replace(config.teacher, training=replace(
             config.teacher.training, epochs=args.teacher_epochs)),
             dp_sgd=replace(config.dp_sgd, epochs=args.teacher_epochs))
+    if args.label_loss is not None:
+        config = replace(config, student=replace(config.student, loss=args.label_loss))
+    if args.statistics_share is not None:
+        if "sound" not in getattr(args, "modes", [mode]):
+            raise ValueError("--statistics-share applies to sound runs only")
+        share = args.statistics_share
+        config = replace(config, statistics=replace(config.statistics, epsilon_share=share),
+                         sound_generator=replace(config.sound_generator,
+                                                 beta=config.sound_generator.beta
+                                                 if share > 0 else 0.0))
     if args.generator_steps is not None:
         config = replace(config,
                          generator=replace(config.generator, steps=args.generator_steps),
@@ -125,36 +135,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from dpkd_audit.pipelines.dpdfd import check_configs, sweep, sweep_configs
-    from dpkd_audit.provenance import provenance
 
     base_mode = "sound" if args.label_epsilon is not None and "sound" in args.modes \
         else args.modes[0]
     base = _config(args, epsilon=args.epsilons[0], mode=base_mode)
     configs = sweep_configs(base, epsilons=args.epsilons, modes=args.modes, seeds=args.seeds)
-    results_path = Path(args.out) / "results.jsonl"
-    if results_path.exists() and not (args.resume or args.force):
-        raise ValueError(f"{results_path} exists: pass --resume to keep it and add the missing "
-                         "runs, or --force to overwrite it")
-    checked = check_configs(configs, data_dir=args.data_dir, progress=not args.quiet)
-    out = _out_dir(args.out)
-    command = _command(args.argv)
-    if args.resume:
-        done = _done_keys(results_path)
-        configs = [c for c in configs if (c.mode.value, c.epsilon, c.seed) not in done]
-    elif results_path.exists():
-        results_path.unlink()
-    _write_json(out / "sweep.json", {"command": command, "argv": args.argv,
-                                     "base_config": base.to_dict(), "provenance": provenance()})
-    for result in sweep(configs, device=args.device, checked=checked, progress=not args.quiet):
-        record = result.to_record(command=command)
-        with results_path.open("a") as fh:
-            fh.write(json.dumps(record, allow_nan=False) + "\n")
-        print(_summary(record), flush=True)
-    plot, readme = write_sweep_report(
-        out, command=command, dataset=args.dataset, method_title="DP-DFD",
-        page_title=f"DP-DFD on {args.dataset}: published and sound", notes=SWEEP_NOTES)
-    print(f"wrote {results_path}, {plot}, {readme}")
-    return 0
+    return run_sweep(args, base=base, configs=configs, check_configs=check_configs,
+                     sweep=sweep, summary=_summary,
+                     report={"method_title": "DP-DFD",
+                             "page_title": f"DP-DFD on {args.dataset}: published and sound",
+                             "notes": SWEEP_NOTES})
 
 
 def _positive(text: str) -> float:
@@ -164,6 +154,16 @@ def _positive(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from exc
     if not (0 < value < math.inf):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from exc
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {text!r}")
     return value
 
 
@@ -197,6 +197,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "preset's)")
     p.add_argument("--generator-steps", type=_at_least(1),
                    help="generator training steps (default: the preset's)")
+    p.add_argument("--label-loss", choices=["noise-aware", "kl"],
+                   help="how the student learns from released labels: noise-aware (default; "
+                        "forward correction through the known selective-RR channel) or kl "
+                        "(the paper's Eq. 3 as written)")
+    p.add_argument("--statistics-share", type=_share,
+                   help="sound mode: epsilon of the DP feature-statistics release as a share "
+                        "of --epsilon, in [0, 1) (default 0.1; 0: no statistics term)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--quiet", action="store_true", help="no progress bars or stage messages")

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -204,10 +204,37 @@ def _done_keys(path: Path) -> set[tuple[str, float, int]]:
 
 def _cmd_sweep_rknn(args: argparse.Namespace) -> int:
     from dpkd_audit.pipelines.rknn import check_configs, sweep, sweep_configs
-    from dpkd_audit.provenance import provenance
 
     base = _rknn_config(args, epsilon=args.epsilons[0], mode=args.modes[0])
     configs = sweep_configs(base, epsilons=args.epsilons, modes=args.modes, seeds=args.seeds)
+    return run_sweep(args, base=base, configs=configs, check_configs=check_configs,
+                     sweep=sweep, summary=_summary)
+
+
+def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
+              check_configs: Callable[..., Any], sweep: Callable[..., Iterable[Any]],
+              summary: Callable[[dict[str, Any]], str],
+              report: Mapping[str, Any] | None = None) -> int:
+    """The body of every ``dpkd sweep METHOD``: check, write ``results.jsonl``, report.
+
+    Every point is checked (``check_configs``) before anything is written; an existing
+    ``results.jsonl`` is refused unless ``--resume`` (skip the runs it holds) or ``--force``;
+    ``sweep.json`` records the command, argv, base config and provenance; each result is
+    appended as soon as it exists; the plot and README come from the records alone
+    (:func:`write_sweep_report`, with ``report`` as its keyword arguments).
+
+    Args:
+        args: The parsed arguments (``out``, ``resume``, ``force``, ``data_dir``, ``quiet``,
+            ``argv``, ``device``, ``dataset``).
+        base: The base config (``to_dict()``).
+        configs: The sweep's points (with ``mode``, ``epsilon``, ``seed``).
+        check_configs: The method's ``check_configs(configs, data_dir=, progress=)``.
+        sweep: The method's ``sweep(configs, device=, checked=, progress=)``.
+        summary: One line per record.
+        report: Keyword arguments of :func:`write_sweep_report`.
+    """
+    from dpkd_audit.provenance import provenance
+
     results_path = Path(args.out) / "results.jsonl"
     if results_path.exists() and not (args.resume or args.force):
         raise ValueError(f"{results_path} exists: pass --resume to keep it and add the missing "
@@ -230,8 +257,9 @@ def _cmd_sweep_rknn(args: argparse.Namespace) -> int:
             record = result.to_record(command=command)
             with results_path.open("a") as fh:
                 fh.write(json.dumps(record, allow_nan=False) + "\n")
-            print(_summary(record), flush=True)
-    plot, readme = write_sweep_report(out, command=command, dataset=args.dataset)
+            print(summary(record), flush=True)
+    plot, readme = write_sweep_report(out, command=command, dataset=args.dataset,
+                                      **dict(report or {}))
     print(f"wrote {results_path}, {plot}, {readme}")
     return 0
 

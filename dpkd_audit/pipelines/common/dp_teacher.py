@@ -19,6 +19,7 @@ import dataclasses
 import math
 import time
 import warnings
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -31,7 +32,6 @@ from dpkd_audit.accountants.dp_sgd import (
     DpSgdAccountant,
     DpSgdSchedule,
     calibrate_dp_sgd_noise,
-    dp_sgd_epsilon,
 )
 from dpkd_audit.ledger import Ledger
 from dpkd_audit.pipelines.common.devices import resolve_device
@@ -81,9 +81,10 @@ class DpSgdPlan:
         noise_multiplier: sigma, the smallest that meets the target by RDP.
         target_epsilon: The target record-level epsilon at ``delta``.
         delta: Target delta.
-        epsilon_rdp: The plan's epsilon by RDP (<= target).
-        epsilon_pld: The plan's epsilon by PLD (tighter; shown beside).
-        event: The DP event charged.
+        epsilon_rdp: The plan's epsilon by RDP (<= target), ``also`` included.
+        epsilon_pld: The same by PLD (tighter; shown beside).
+        event: The DP-SGD event charged before training.
+        also: The other events of the run the calibration left room for.
     """
 
     schedule: DpSgdSchedule
@@ -95,10 +96,19 @@ class DpSgdPlan:
     epsilon_rdp: float
     epsilon_pld: float
     event: _dp.DpEvent = dataclasses.field(repr=False)
+    also: tuple[_dp.DpEvent, ...] = dataclasses.field(default=(), repr=False)
 
 
-def plan_dp_sgd(config: DpSgdConfig, *, dataset_size: int, target_epsilon: float) -> DpSgdPlan:
-    """Calibrate sigma so that the run is ``target_epsilon``-DP at ``config.delta`` (RDP).
+def plan_dp_sgd(config: DpSgdConfig, *, dataset_size: int, target_epsilon: float,
+                also: Sequence[_dp.DpEvent] = ()) -> DpSgdPlan:
+    """Calibrate sigma so that the run (with ``also``) is ``target_epsilon``-DP at ``config.delta``.
+
+    Args:
+        config: DP-SGD hyper-parameters.
+        dataset_size: N, the private set's size (public, as in Opacus's accounting).
+        target_epsilon: The record-level target of everything the plan covers.
+        also: Other releases on the same records charged to the same ledger (their cost is
+            fixed; DP-SGD's noise takes the rest of the budget, by RDP).
 
     Raises:
         ValueError: For a bad target, a batch larger than the dataset, or a target no sigma up
@@ -111,17 +121,21 @@ def plan_dp_sgd(config: DpSgdConfig, *, dataset_size: int, target_epsilon: float
     if config.batch_size > dataset_size:
         raise ValueError(f"batch_size must be <= the private set size {dataset_size}; got "
                          f"{config.batch_size}")
+    also = tuple(also)
     schedule = DpSgdSchedule(dataset_size=dataset_size, batch_size=config.batch_size)
     sigma = calibrate_dp_sgd_noise(schedule, epochs=config.epochs,
-                                   target_epsilon=target_epsilon, delta=config.delta)
-    rdp = float(dp_sgd_epsilon(schedule, noise_multiplier=sigma, epochs=config.epochs,
-                               delta=config.delta))
-    pld = float(dp_sgd_epsilon(schedule, noise_multiplier=sigma, epochs=config.epochs,
-                               delta=config.delta, accountant=DpSgdAccountant.PLD))
+                                   target_epsilon=target_epsilon, delta=config.delta, also=also)
+    event = schedule.event(sigma, config.epochs)
+    epsilons = {}
+    for kind in DpSgdAccountant:
+        accountant = kind.make()
+        for other in (*also, event):
+            accountant.compose(other)
+        epsilons[kind] = float(accountant.get_epsilon(config.delta))
     return DpSgdPlan(schedule=schedule, epochs=config.epochs, steps=schedule.steps(config.epochs),
                      noise_multiplier=sigma, target_epsilon=target_epsilon, delta=config.delta,
-                     epsilon_rdp=rdp, epsilon_pld=pld,
-                     event=schedule.event(sigma, config.epochs))
+                     epsilon_rdp=epsilons[DpSgdAccountant.RDP],
+                     epsilon_pld=epsilons[DpSgdAccountant.PLD], event=event, also=also)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

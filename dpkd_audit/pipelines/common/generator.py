@@ -36,6 +36,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Iterator
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F  # noqa: N812  (conventional alias)
@@ -52,6 +53,7 @@ __all__ = [
     "GeneratorConfig",
     "GeneratorResult",
     "GeneratorTrainer",
+    "StatisticsTerm",
     "activation_loss",
     "argmax_cross_entropy",
     "bn_statistics_distance",
@@ -98,6 +100,27 @@ def bn_statistics_distance(pairs: list[tuple[torch.Tensor, torch.Tensor, torch.T
     return total
 
 
+class StatisticsTerm(Protocol):
+    """What the statistics term reads: a context manager around the teacher's forward pass.
+
+    After the pass, :attr:`pairs` holds ``(batch_mean, batch_var, reference_mean,
+    reference_var)`` per layer; :attr:`name` names the loss term. :class:`BnStatistics` (the
+    teacher's BatchNorm running statistics, DP-DFD) and
+    :class:`~dpkd_audit.pipelines.common.dp_statistics.FeatureStatistics` (differentially
+    private statistics, the sound variant) implement it.
+    """
+
+    name: str
+    pairs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
+
+    @property
+    def count(self) -> int: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
 class BnStatistics:
     """Forward hooks collecting each BatchNorm input's batch statistics beside its running ones.
 
@@ -105,6 +128,8 @@ class BnStatistics:
     ``(batch_mean, batch_var, running_mean, running_var)`` per BatchNorm layer, for
     :func:`bn_statistics_distance`.
     """
+
+    name = "bn_statistics"
 
     def __init__(self, model: nn.Module) -> None:
         self._layers = [m for m in model.modules()
@@ -260,7 +285,7 @@ def _frozen(model: nn.Module) -> Iterator[None]:
 
 
 def generator_loss(teacher: nn.Module, images: torch.Tensor, config: GeneratorConfig,
-                   bn: BnStatistics | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                   bn: StatisticsTerm | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The weighted loss of ``images`` under the frozen ``teacher`` and its named terms."""
     if bn is not None:
         with bn:
@@ -275,8 +300,8 @@ def generator_loss(teacher: nn.Module, images: torch.Tensor, config: GeneratorCo
         terms["activation"] = activation_loss(features)
         total = total + config.activation_weight * terms["activation"]
     if bn is not None:
-        terms["bn_statistics"] = bn_statistics_distance(bn.pairs)
-        total = total + config.beta * terms["bn_statistics"]
+        terms[bn.name] = bn_statistics_distance(bn.pairs)
+        total = total + config.beta * terms[bn.name]
     return total, terms
 
 
@@ -294,14 +319,18 @@ class GeneratorTrainer:
         seed: Seed (>= 0) of the generator's initialisation and latents (one CPU
             ``torch.Generator``).
         device: CPU or CUDA.
+        statistics: The statistics term's reference (:class:`StatisticsTerm`, weight
+            ``config.beta``); default: the teacher's BatchNorm running statistics
+            (:class:`BnStatistics`, DP-DFD's term).
 
     Raises:
-        ValueError: For a bad shape, config or seed, or ``beta > 0`` with a teacher without
-            BatchNorm layers.
+        ValueError: For a bad shape, config or seed, ``beta > 0`` with a teacher without
+            BatchNorm layers and no ``statistics``, or ``statistics`` with ``beta = 0``.
     """
 
     def __init__(self, teacher: nn.Module, *, image_shape: tuple[int, int], num_classes: int,
-                 config: GeneratorConfig, seed: int, device: torch.device | str) -> None:
+                 config: GeneratorConfig, seed: int, device: torch.device | str,
+                 statistics: StatisticsTerm | None = None) -> None:
         if not isinstance(config, GeneratorConfig):
             raise ValueError(f"config must be a GeneratorConfig; got {type(config).__name__}")
         if (not isinstance(image_shape, tuple | list) or len(image_shape) != 2
@@ -313,7 +342,10 @@ class GeneratorTrainer:
         self.device = resolve_device(device)
         self.config = config
         self.teacher = teacher
-        self._bn = BnStatistics(teacher) if config.uses_bn_statistics else None
+        if statistics is not None and not config.uses_bn_statistics:
+            raise ValueError("statistics were given but config.beta = 0 (their term's weight)")
+        self._bn = (statistics if statistics is not None else BnStatistics(teacher)) \
+            if config.uses_bn_statistics else None
         if self._bn is not None and self._bn.count == 0:
             raise ValueError("config.beta > 0 needs a teacher with BatchNorm layers (their "
                              "running statistics); this teacher has none: set beta=0")

@@ -51,6 +51,7 @@ __all__ = [
     "augment_batch",
     "build_student",
     "fit_classifier",
+    "init_weights",
     "predict",
     "train_student",
 ]
@@ -216,7 +217,8 @@ class _StudentNet(nn.Module):
         return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
 
 
-def _init_weights(model: nn.Module, generator: torch.Generator) -> None:
+def init_weights(model: nn.Module, generator: torch.Generator) -> None:
+    """Kaiming-normal convs, uniform linears (fan-in bound), unit norms: no global RNG draws."""
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, nn.Conv2d):
@@ -224,7 +226,7 @@ def _init_weights(model: nn.Module, generator: torch.Generator) -> None:
                                         generator=generator)
                 if module.bias is not None:
                     module.bias.zero_()
-            elif isinstance(module, nn.BatchNorm2d):
+            elif isinstance(module, nn.BatchNorm2d | nn.GroupNorm):
                 module.reset_parameters()
             elif isinstance(module, nn.Linear):
                 bound = 1.0 / math.sqrt(module.in_features)
@@ -264,7 +266,7 @@ def build_student(image_shape: tuple[int, int], num_classes: int, width: int, *,
     with torch.device("meta"):  # no default initialisation, so no global RNG draws
         model = _StudentNet(image_shape, num_classes, width)
     model = model.to_empty(device="cpu")
-    _init_weights(model, generator)
+    init_weights(model, generator)
     return model
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import math
 
 import numpy as np
 import torch
@@ -38,6 +37,7 @@ from dpkd_audit.pipelines.common.student import (
     StudentResult,
     build_student,
     fit_classifier,
+    init_weights,
 )
 
 __all__ = [
@@ -151,23 +151,6 @@ class _TanhCnn(nn.Module):
         return self.classifier(self.features(x))
 
 
-def _init_weights(model: nn.Module, generator: torch.Generator) -> None:
-    """Kaiming-normal convs, uniform linears (fan-in bound), unit norms: no global RNG."""
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, nn.Conv2d):
-                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu",
-                                        generator=generator)
-                if module.bias is not None:
-                    module.bias.zero_()
-            elif isinstance(module, nn.BatchNorm2d | nn.GroupNorm):
-                module.reset_parameters()
-            elif isinstance(module, nn.Linear):
-                bound = 1.0 / math.sqrt(module.in_features)
-                module.weight.uniform_(-bound, bound, generator=generator)
-                module.bias.zero_()
-
-
 def build_teacher(config: TeacherConfig, image_shape: tuple[int, int], num_classes: int, *,
                   generator: torch.Generator) -> nn.Module:
     """A freshly initialised teacher on the CPU (training mode).
@@ -196,7 +179,7 @@ def build_teacher(config: TeacherConfig, image_shape: tuple[int, int], num_class
             blocks = (2, 2, 2, 2) if arch is TeacherArchitecture.RESNET18 else (3, 4, 6, 3)
             model = _ResNet(blocks, config.width, num_classes, tuple(image_shape))
     model = model.to_empty(device="cpu")
-    _init_weights(model, generator)
+    init_weights(model, generator)
     return model
 
 

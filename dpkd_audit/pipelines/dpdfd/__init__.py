@@ -27,6 +27,7 @@ from dpkd_audit.pipelines.dpdfd.pipeline import (
     preparation_key,
     prepare,
     run,
+    statistics_release,
 )
 from dpkd_audit.pipelines.dpdfd.sweep import check_configs, sweep, sweep_configs
 
@@ -50,6 +51,7 @@ __all__ = [
     "preparation_key",
     "prepare",
     "run",
+    "statistics_release",
     "sweep",
     "sweep_configs",
 ]

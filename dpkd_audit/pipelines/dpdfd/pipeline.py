@@ -4,10 +4,14 @@ DP-DFD paper, Algorithm 1 (NOTES, "DP-DFD"):
 
 1. A teacher on the private split: without noise in ``published`` mode (the paper); with DP-SGD
    in ``sound`` mode, its (epsilon, delta) event charged to the ledger before the first step.
+   In ``sound`` mode, feature statistics of the private data read through that DP teacher are
+   then released by the Gaussian mechanism, charged first
+   (:mod:`~dpkd_audit.pipelines.common.dp_statistics`).
 2. A generator fitted to the frozen teacher without data: DP-DFD's loss (cross-entropy to the
    argmax, alpha * information entropy, beta * BatchNorm-statistics distance) in ``published``
-   mode; DAFL's loss without the BatchNorm term in ``sound`` mode (the DP-SGD teacher has no
-   statistics of the private data, so the generator is post-processing).
+   mode; in ``sound`` mode DAFL's loss (with its activation term) and beta * the distance to the
+   *released* statistics in place of the BatchNorm running statistics: the generator only sees
+   DP outputs, so it and everything after it are post-processing.
 3. Stages i = 1..T: a fresh synthetic batch; the teacher's argmax y_t; the current student's
    softmax y_s; labels by :class:`~dpkd_audit.mechanisms.SelectiveRandomizedResponse`
    (threshold 1/(2k), top-2 fallback), the stage's labels charged before they exist; the
@@ -22,15 +26,15 @@ Accounting in the record:
   (statistics of the private data), which the ledger records as a ``NonPrivateDpEvent``; even
   setting that aside, Q labels read from one teacher compose to Q * eps
   (``epsilon_labels_composed``). A ledger with a finite budget refuses the run before any work.
-- ``sound``: ``epsilon`` is the record-level target; the DP-SGD teacher's noise is calibrated to
-  it at ``dp_sgd.delta`` (RDP) and ``epsilon_record_level`` is the ledger's figure (RDP), with
-  the PLD figure beside it. The labels are post-processing of a DP teacher: they add nothing at
-  the record level and are charged to a separate label-level ledger (``label_epsilon`` each,
-  label protection on top).
+- ``sound``: ``epsilon`` is the record-level target; the DP-SGD teacher's noise is calibrated so
+  that it and the statistics release compose to the target at ``dp_sgd.delta`` (RDP), and
+  ``epsilon_record_level`` is the ledger's figure (RDP), with the PLD figure beside it. The
+  labels are post-processing of a DP teacher: they add nothing at the record level and are
+  charged to a separate label-level ledger (``label_epsilon`` each, label protection on top).
 
-Seconds: ``data``, ``teacher``, ``generator``, ``distillation`` (stages: sampling, labels and
-student training) and ``total``; in a sweep, the shared stages are measured once and named in
-``shared_stages`` (as for reverse k-NN).
+Seconds: ``data``, ``teacher``, ``statistics`` (sound mode), ``generator``, ``distillation``
+(stages: sampling, labels and student training) and ``total``; in a sweep, the shared stages
+are measured once and named in ``shared_stages`` (as for reverse k-NN).
 """
 
 from __future__ import annotations
@@ -55,9 +59,16 @@ from dpkd_audit.data import Dataset, load_dataset
 from dpkd_audit.errors import BudgetExceededError
 from dpkd_audit.events import event_to_json
 from dpkd_audit.ledger import Ledger
+from dpkd_audit.mechanisms import Gaussian
 from dpkd_audit.mechanisms.selective_rr import SelectiveRandomizedResponse
 from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.distill import ReleaseChannel, StagedStudent
+from dpkd_audit.pipelines.common.dp_statistics import (
+    FeatureStatistics,
+    ReferenceStatistics,
+    release_feature_statistics,
+    statistics_mechanism,
+)
 from dpkd_audit.pipelines.common.dp_teacher import DpSgdPlan, plan_dp_sgd, train_dp_teacher
 from dpkd_audit.pipelines.common.generator import GeneratorResult, GeneratorTrainer
 from dpkd_audit.pipelines.common.progress import StageTimer, progress_counter
@@ -80,6 +91,7 @@ __all__ = [
     "preparation_key",
     "prepare",
     "run",
+    "statistics_release",
 ]
 
 METHOD = "dpdfd"
@@ -115,7 +127,8 @@ class Prepared:
         trainer: The generator's trainer (copied before any fine-tuning).
         generator: Health figures of the fitted generator.
         dp_sgd: The charged DP-SGD plan (sound mode), else ``None``.
-        seconds: ``data``, ``teacher``, ``generator``.
+        statistics: The released feature statistics (sound mode), else ``None``.
+        seconds: ``data``, ``teacher``, ``statistics`` (sound mode), ``generator``.
     """
 
     key: tuple[Any, ...]
@@ -124,6 +137,7 @@ class Prepared:
     trainer: GeneratorTrainer = dataclasses.field(repr=False)
     generator: GeneratorResult
     dp_sgd: DpSgdPlan | None
+    statistics: ReferenceStatistics | None
     seconds: dict[str, float]
 
 
@@ -152,6 +166,7 @@ def preparation_key(config: DpdfdConfig) -> tuple[Any, ...]:
                             json.dumps(config.to_dict()["generator"], sort_keys=True))
     if config.mode is DpdfdMode.SOUND:
         key += (config.epsilon, json.dumps(config.to_dict()["dp_teacher"], sort_keys=True),
+                json.dumps(config.to_dict()["statistics"], sort_keys=True),
                 json.dumps(config.to_dict()["dp_sgd"], sort_keys=True),
                 json.dumps(config.to_dict()["sound_generator"], sort_keys=True))
     return key
@@ -179,9 +194,23 @@ def ledger_for(config: DpdfdConfig, *, path: str | os.PathLike | None = None) ->
                   path=path)
 
 
+def statistics_release(config: DpdfdConfig) -> Gaussian | None:
+    """The sound mode's statistics mechanism (``None`` when disabled or in published mode)."""
+    if config.mode is not DpdfdMode.SOUND or not config.statistics.enabled:
+        return None
+    return statistics_mechanism(config.statistics, target_epsilon=config.epsilon,
+                                delta=config.dp_sgd.delta)
+
+
 def planned_dp_sgd(config: DpdfdConfig, num_private: int) -> DpSgdPlan:
-    """The sound mode's calibrated DP-SGD plan for ``num_private`` records."""
-    return plan_dp_sgd(config.dp_sgd, dataset_size=num_private, target_epsilon=config.epsilon)
+    """The sound mode's DP-SGD plan for ``num_private`` records.
+
+    Calibrated so that DP-SGD and the statistics release compose to the target (RDP).
+    """
+    mechanism = statistics_release(config)
+    also = () if mechanism is None else (mechanism.event,)
+    return plan_dp_sgd(config.dp_sgd, dataset_size=num_private, target_epsilon=config.epsilon,
+                       also=also)
 
 
 def _label_event(config: DpdfdConfig, num_classes: int, count: int) -> _dp.DpEvent:
@@ -216,25 +245,32 @@ def check_run(config: DpdfdConfig, ledger: Ledger, *, num_private: int,
     if ledger.identity.neighboring_relation != NeighboringRelation.ADD_OR_REMOVE_ONE.name:
         raise ValueError("ledger must account under add/remove-one neighbours for DP-SGD "
                          "(Opacus's convention); use dpdfd.ledger_for(config)")
-    ledger.check([plan.event], label="DP-SGD teacher")
+    ledger.check([plan.event, *plan.also], label="DP-SGD teacher and feature statistics")
     return plan
 
 
 def prepare(config: DpdfdConfig, *, data: LoadedData, device: torch.device | str | None = None,
             ledger: Ledger | None = None, plan: DpSgdPlan | None = None,
-            progress: bool = False) -> Prepared:
-    """Train the teacher (charging ``ledger`` first in sound mode) and fit the generator.
+            rng: np.random.Generator | None = None, progress: bool = False) -> Prepared:
+    """Train the teacher and fit the generator (sound mode: charging ``ledger`` first).
+
+    In sound mode the DP-SGD teacher is charged and trained, then the feature statistics are
+    released through it (charged, noise from ``rng``), then the generator is fitted to the
+    teacher's outputs and those statistics.
 
     Raises:
-        ValueError: In sound mode without ``ledger`` and ``plan`` (from :func:`check_run`).
+        ValueError: In sound mode without ``ledger``, ``plan`` (from :func:`check_run`) and
+            ``rng``.
     """
     device = resolve_device(device)
     dataset = data.dataset
     timer = StageTimer(verbose=progress)
+    statistics: FeatureStatistics | None = None
     if config.mode is DpdfdMode.SOUND:
-        if ledger is None or plan is None:
-            raise ValueError("sound mode: prepare needs the run's ledger and the plan from "
-                             "check_run (the DP-SGD teacher is charged before it trains)")
+        if ledger is None or plan is None or rng is None:
+            raise ValueError("sound mode: prepare needs the run's ledger, the plan from "
+                             "check_run and the noise rng (the DP-SGD teacher and the "
+                             "statistics are charged before they exist)")
         with timer.stage("teacher"):
             dp = train_dp_teacher(
                 dataset.train_images, dataset.train_labels, num_classes=dataset.num_classes,
@@ -242,6 +278,15 @@ def prepare(config: DpdfdConfig, *, data: LoadedData, device: torch.device | str
                 teacher=config.dp_teacher, config=config.dp_sgd, plan=plan, ledger=ledger,
                 seed=config.seed, device=device, progress=progress)
         teacher, accuracy = dp.model, dp.test_accuracy
+        mechanism = statistics_release(config)
+        if mechanism is not None:
+            with timer.stage("statistics"):
+                reference = release_feature_statistics(
+                    teacher, dataset.train_images, config=config.statistics, mechanism=mechanism,
+                    ledger=ledger, rng=rng, device=device,
+                    label=f"feature statistics through the DP teacher (Gaussian, sigma / C = "
+                          f"{mechanism.sigma / config.statistics.clip_norm:.6g})")
+            statistics = FeatureStatistics(teacher, reference)
     else:
         with timer.stage("teacher"):
             trained = train_teacher(
@@ -254,11 +299,12 @@ def prepare(config: DpdfdConfig, *, data: LoadedData, device: torch.device | str
         trainer = GeneratorTrainer(teacher, image_shape=dataset.image_shape,
                                    num_classes=dataset.num_classes,
                                    config=config.active_generator, seed=config.seed + 1,
-                                   device=device)
+                                   device=device, statistics=statistics)
         trainer.train(config.active_generator.steps, progress=progress)
         generator = trainer.result()
     return Prepared(key=preparation_key(config), teacher=teacher, teacher_accuracy=accuracy,
                     trainer=trainer, generator=generator, dp_sgd=plan,
+                    statistics=None if statistics is None else statistics.reference,
                     seconds={"data": data.seconds, **timer.seconds})
 
 
@@ -278,6 +324,7 @@ class DpdfdResult:
     labels: int
     generator: GeneratorResult
     dp_sgd: DpSgdPlan | None
+    statistics: ReferenceStatistics | None
     accuracy_per_stage: tuple[tuple[int, float], ...]
     seconds: dict[str, float]
     device: str
@@ -319,6 +366,14 @@ class DpdfdResult:
                 "sampling_probability": plan.schedule.sampling_probability,
                 "dataset_size": plan.schedule.dataset_size, "epsilon_rdp": plan.epsilon_rdp,
                 "epsilon_pld": plan.epsilon_pld, "delta": plan.delta},
+            "statistics": None if self.statistics is None else {
+                "epsilon": self.statistics.mechanism.epsilon,
+                "delta": self.statistics.mechanism.delta,
+                "noise_multiplier": (self.statistics.mechanism.sigma
+                                     / float(self.statistics.mechanism.sensitivity.value)),
+                "clip_norm": float(self.statistics.mechanism.sensitivity.value),
+                "pixel_statistics": self.statistics.pixel_statistics,
+                "layers": len(self.statistics.means)},
             "seed": config.seed,
             "preset": config.preset.value,
             "device": self.device,
@@ -387,7 +442,7 @@ def run(config: DpdfdConfig, *, ledger: Ledger, rng: np.random.Generator,
         label_ledger = Ledger(epsilon=math.inf, unbounded=True, accountant=PureAccountant())
     shared: tuple[str, ...] = ()
     if prepared is None:
-        prepared = prepare(config, data=data, device=device, ledger=ledger, plan=plan,
+        prepared = prepare(config, data=data, device=device, ledger=ledger, plan=plan, rng=rng,
                            progress=progress)
     trainer = prepared.trainer
     if config.generator_finetune_steps:
@@ -442,7 +497,8 @@ def run(config: DpdfdConfig, *, ledger: Ledger, rng: np.random.Generator,
         label_accuracy=agree / config.labels, epsilon_published=config.per_label_epsilon,
         epsilon_record_level=record_level, epsilon_record_level_pld=record_level_pld,
         epsilon_labels_composed=composed, record_level_reason=reason, labels=config.labels,
-        generator=prepared.generator, dp_sgd=prepared.dp_sgd, accuracy_per_stage=tuple(curve),
+        generator=prepared.generator, dp_sgd=prepared.dp_sgd, statistics=prepared.statistics,
+        accuracy_per_stage=tuple(curve),
         seconds=seconds, device=describe_device(device),
         charges=tuple({"seq": c.seq, "label": c.label,
                        "event": json.loads(event_to_json(c.event))}

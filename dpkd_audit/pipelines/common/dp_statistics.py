@@ -1,0 +1,268 @@
+"""Feature statistics of the private data, released with the Gaussian mechanism (sound variants).
+
+DP-DFD's generator matches the batch statistics of its images, at every BatchNorm input of the
+teacher, to the teacher's running statistics (DP-DFD paper, Eq. 2, beta term; DeepInversion,
+Yin et al. CVPR 2020, Eq. 4); its ablation (Table III) finds this the most useful term. Those
+running statistics are statistics of the private data without noise. The sound variant keeps
+the term but matches **differentially private** statistics instead:
+
+1. Layers: the input of every ``Conv2d`` of the (DP-SGD) teacher, read by forward hooks. The
+   first conv's input is the image: its statistics are per pixel (``pixel_statistics``, a mean
+   image and a variance image); the others are per channel, over spatial positions (what
+   BatchNorm tracks).
+2. Each private record x gives the vector v(x) of its means and mean squares at those layers
+   (its own per-pixel values and squares, and per-channel spatial means of the features and of
+   their squares), clipped to L2 norm ``clip_norm`` = C: v(x) <- v(x) min(1, C / ||v(x)||).
+3. The sum S = sum_x v(x) has L2 sensitivity C under add/remove-one neighbours, and is
+   released by the package's :class:`~dpkd_audit.mechanisms.Gaussian` (Balle-Wang ICML 2018,
+   Thm 8) with the ledger charged first. Dividing by the record count N, which the DP-SGD
+   schedule already treats as public (Opacus's convention), gives the means m and mean squares
+   s; the variances are max(s - m^2, 0). Everything after the release is post-processing.
+
+The teacher's weights are themselves a DP output (DP-SGD), so reading features through them
+costs nothing beyond this release; its (epsilon, delta) composes with DP-SGD in the ledger.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from dpkd_audit import _validate
+from dpkd_audit.ledger import Ledger
+from dpkd_audit.mechanisms import Gaussian
+
+__all__ = [
+    "FeatureStatistics",
+    "ReferenceStatistics",
+    "StatisticsConfig",
+    "release_feature_statistics",
+    "statistics_layers",
+    "statistics_mechanism",
+]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StatisticsConfig:
+    """The release of feature statistics.
+
+    Attributes:
+        epsilon_share: The single release's epsilon as a share of the run's record-level
+            target, in [0, 1) (0: no release, and no statistics term in the generator loss).
+            Under RDP the release costs much less than this share of the composed epsilon.
+        clip_norm: C, the L2 norm each record's statistics vector is clipped to (> 0): the
+            release's L2 sensitivity.
+        pixel_statistics: Per-pixel statistics of the image (else per channel, as for the
+            other layers).
+        batch_size: Records per forward pass when computing the sum (>= 1).
+    """
+
+    epsilon_share: float = 0.1
+    clip_norm: float = 16.0
+    pixel_statistics: bool = True
+    batch_size: int = 1024
+
+    def __post_init__(self) -> None:
+        share = self.epsilon_share
+        if isinstance(share, bool) or not isinstance(share, int | float) \
+                or not math.isfinite(share) or not 0 <= share < 1:
+            raise ValueError(f"epsilon_share must be a real number in [0, 1); got {share!r}")
+        _validate.check_positive("clip_norm", self.clip_norm)
+        if not isinstance(self.pixel_statistics, bool):
+            raise ValueError(f"pixel_statistics must be a bool; got {self.pixel_statistics!r}")
+        _validate.check_int("batch_size", self.batch_size, minimum=1)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether statistics are released at all."""
+        return self.epsilon_share > 0
+
+
+def statistics_mechanism(config: StatisticsConfig, *, target_epsilon: float,
+                         delta: float) -> Gaussian:
+    """The Gaussian mechanism of the release: (share x target, delta)-DP, sensitivity C.
+
+    Raises:
+        ValueError: If the release is disabled (``epsilon_share`` = 0) or a parameter is bad.
+    """
+    if not config.enabled:
+        raise ValueError("statistics are disabled (epsilon_share = 0): there is no mechanism")
+    target_epsilon = _validate.check_epsilon(target_epsilon, "target_epsilon")
+    return Gaussian(epsilon=config.epsilon_share * target_epsilon, delta=delta,
+                    sensitivity=config.clip_norm)
+
+
+def statistics_layers(model: nn.Module) -> list[nn.Module]:
+    """The layers whose inputs are summarised: every ``Conv2d``, in module order.
+
+    Raises:
+        ValueError: If the model has no ``Conv2d``.
+    """
+    layers = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    if not layers:
+        raise ValueError("the teacher has no Conv2d layer whose inputs could be summarised")
+    return layers
+
+
+class _Hooks:
+    """Forward pre-hooks keeping each layer's input (the first is the image)."""
+
+    def __init__(self, layers: list[nn.Module]) -> None:
+        self.layers = layers
+        self.inputs: list[torch.Tensor] = []
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+
+    def __enter__(self) -> _Hooks:
+        self.inputs = []
+        self._handles = [m.register_forward_pre_hook(
+            lambda _m, args: self.inputs.append(args[0])) for m in self.layers]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+def _per_record(x: torch.Tensor, pixel: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each record's values and squares: per pixel (flattened) or per channel (spatial mean)."""
+    if pixel:
+        flat = x.flatten(1)
+        return flat, flat * flat
+    axes = tuple(range(2, x.ndim))
+    return x.mean(dim=axes), (x * x).mean(dim=axes)
+
+
+def _batch(x: torch.Tensor, pixel: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch's means and (biased) variances, matching :func:`_per_record`'s layout."""
+    if pixel:
+        flat = x.flatten(1)
+        return flat.mean(dim=0), flat.var(dim=0, unbiased=False)
+    axes = [0, *range(2, x.ndim)]
+    return x.mean(dim=axes), x.var(dim=axes, unbiased=False)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReferenceStatistics:
+    """Released means and variances, one pair per statistics layer (CPU float32 tensors).
+
+    Attributes:
+        means: Per layer, the mean image (first layer, pixel statistics) or channel means.
+        variances: The matching variances (>= 0).
+        pixel_statistics: Whether the first layer's are per pixel.
+        mechanism: The Gaussian mechanism the sum was released with.
+    """
+
+    means: tuple[torch.Tensor, ...]
+    variances: tuple[torch.Tensor, ...]
+    pixel_statistics: bool
+    mechanism: Gaussian
+
+
+class FeatureStatistics:
+    """Hooks pairing a batch's statistics with :class:`ReferenceStatistics` (the generator term).
+
+    Use as a context manager around the teacher's forward pass; :attr:`pairs` then holds one
+    ``(batch_mean, batch_var, reference_mean, reference_var)`` per layer, for
+    :func:`~dpkd_audit.pipelines.common.generator.bn_statistics_distance` (the same protocol as
+    :class:`~dpkd_audit.pipelines.common.generator.BnStatistics`).
+
+    Raises:
+        ValueError: If the reference does not fit the model's layers.
+    """
+
+    name = "dp_feature_statistics"
+
+    def __init__(self, model: nn.Module, reference: ReferenceStatistics) -> None:
+        self._hooks = _Hooks(statistics_layers(model))
+        if len(reference.means) != len(self._hooks.layers):
+            raise ValueError(f"reference holds {len(reference.means)} layers; the teacher has "
+                             f"{len(self._hooks.layers)} Conv2d layers")
+        self.reference = reference
+        self.pairs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    @property
+    def count(self) -> int:
+        """Number of layers."""
+        return len(self._hooks.layers)
+
+    def __enter__(self) -> FeatureStatistics:
+        self.pairs = []
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hooks.__exit__(*exc)
+        ref = self.reference
+        for i, x in enumerate(self._hooks.inputs):
+            mean, var = _batch(x, ref.pixel_statistics and i == 0)
+            self.pairs.append((mean, var, ref.means[i].to(x.device), ref.variances[i].to(x.device)))
+        self._hooks.inputs = []
+
+
+def release_feature_statistics(teacher: nn.Module, images: np.ndarray, *,
+                               config: StatisticsConfig, mechanism: Gaussian, ledger: Ledger,
+                               rng: np.random.Generator, device: torch.device,
+                               label: str = "feature statistics") -> ReferenceStatistics:
+    """Sum every record's clipped statistics, charge ``ledger``, release the noisy sum.
+
+    Args:
+        teacher: The DP teacher (its weights are a DP output), on ``device``.
+        images: uint8 ``(n, h, w)`` private images.
+        config: Clipping and layout.
+        mechanism: From :func:`statistics_mechanism` (its sensitivity must be ``clip_norm``).
+        ledger: Charged (through ``mechanism.release``) before the noisy sum exists.
+        rng: Source of the Gaussian noise.
+        device: Where the forward passes run.
+        label: The ledger label.
+
+    Returns:
+        The released statistics.
+    """
+    if not math.isclose(float(mechanism.sensitivity.value), config.clip_norm, rel_tol=1e-12):
+        raise ValueError(f"mechanism's sensitivity {mechanism.sensitivity.value} must equal "
+                         f"clip_norm {config.clip_norm}")
+    images = np.asarray(images)
+    n = images.shape[0] if images.ndim == 3 else 0
+    if n < 1:
+        raise ValueError(f"images must be a non-empty (n, h, w) array; got shape {images.shape}")
+    hooks = _Hooks(statistics_layers(teacher))
+    was_training = teacher.training
+    teacher.eval()
+    total = torch.zeros(0, dtype=torch.float64)
+    sizes: list[int] = []
+    try:
+        with torch.inference_mode():
+            for start in range(0, n, config.batch_size):
+                x = torch.from_numpy(np.array(images[start:start + config.batch_size],
+                                              dtype=np.uint8)).unsqueeze(1).float().div_(255.0)
+                with hooks:
+                    teacher(x.to(device))
+                means, squares = zip(*(_per_record(h, config.pixel_statistics and i == 0)
+                                       for i, h in enumerate(hooks.inputs)), strict=True)
+                sizes = [m.shape[1] for m in means]
+                v = torch.cat([*means, *squares], dim=1).double()
+                norms = torch.linalg.vector_norm(v, dim=1, keepdim=True)
+                v = v * torch.clamp(config.clip_norm / norms.clamp_min(1e-300), max=1.0)
+                part = v.sum(dim=0).cpu()
+                total = part if total.numel() == 0 else total + part
+    finally:
+        teacher.train(was_training)
+    noisy = np.asarray(mechanism.release(total.numpy(), rng=rng, ledger=ledger, label=label),
+                       dtype=np.float64) / n
+    half = sum(sizes)
+    means_all, squares_all = noisy[:half], noisy[half:]
+    means_out, vars_out = [], []
+    offset = 0
+    for size in sizes:
+        m = means_all[offset:offset + size]
+        s = squares_all[offset:offset + size]
+        means_out.append(torch.from_numpy(m).float())
+        vars_out.append(torch.from_numpy(np.maximum(s - m * m, 0.0)).float())
+        offset += size
+    return ReferenceStatistics(means=tuple(means_out), variances=tuple(vars_out),
+                               pixel_statistics=config.pixel_statistics, mechanism=mechanism)
