@@ -512,3 +512,32 @@ def test_results_overview_shows_teacher_beside_student(tmp_path, monkeypatch):
         [_write_folder(Path("reports"), "rknn", [_record(1.0, 0.9)])])
     with pytest.raises(ValueError, match="teacher_accuracy"):
         validate_record(_record(1.0, 0.9, teacher_accuracy=1.5))
+
+
+def test_sound_runs_are_compared_with_the_papers_record_level_baselines(tmp_path, monkeypatch):
+    from dpkd_audit.reports import accuracy_figure
+    from dpkd_audit.reports.references import RECORD_LEVEL_BASELINES, best_baseline
+
+    monkeypatch.chdir(tmp_path)
+    records = [_record(1.0, 0.93, method="dpdfd", mode="sound", epsilon_record_level=1.0,
+                       delta=1e-5),
+               _record(3.0, 0.96, method="dpdfd", mode="sound", epsilon_record_level=3.0,
+                       delta=1e-5),
+               _record(10.0, 0.95, method="dpdfd", mode="published",
+                       epsilon_record_level=None)]
+    text = results_overview([_write_folder(Path("reports"), "dpdfd", records)])
+    # eps 3 has no baseline at 3: the best one at a smaller epsilon (DataLens at 1) is shown
+    assert ("dpdfd mnist sound eps=1: 93.00% vs DataLens 71.23% (eps=1, delta=1e-05); "
+            "dpdfd mnist sound eps=3: 96.00% vs DataLens 71.23% (eps=1, delta=1e-05).") in text
+    assert "published eps=10: 95.00% vs" not in text     # infinite record-level: no comparison
+    assert best_baseline("dpdfd", "mnist", 10.0).name == "DP-Sinkhorn"
+    assert best_baseline("dpdfd", "mnist", 0.5) is None
+    assert best_baseline("rknn", "mnist", 1.0) is None
+    assert all(b.delta == 1e-5 for b in RECORD_LEVEL_BASELINES)
+    fig = accuracy_figure(records)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    diamonds = [label for label in labels if label.startswith("best record-level method")]
+    assert diamonds == ["best record-level method in the dpdfd paper's table, mnist "
+                        "(DataLens, DP-Sinkhorn)"]
+    assert not [label for label in accuracy_figure(records[2:]).axes[0].get_legend().get_texts()
+                if label.get_text().startswith("best record-level")]

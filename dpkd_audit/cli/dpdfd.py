@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 from pathlib import Path
 from typing import Any
 
+from dpkd_audit.cli.arguments import choice_list, fraction, int_at_least, positive_float
 from dpkd_audit.cli.paths import output_file
 from dpkd_audit.cli.pipelines import (
     _command,
@@ -42,14 +42,6 @@ ledger, composed by RDP; the PLD figure is in the record), and everything after 
 post-processing; its labels also carry a per-label epsilon (`epsilon_per_label`). The two
 kinds of epsilon are not comparable: the plot puts them on one axis only for compactness.
 """
-
-
-def _mode_list(text: str) -> list[str]:
-    values = [v.strip() for v in text.split(",") if v.strip()]
-    bad = [v for v in values if v not in _MODES]
-    if not values or bad:
-        raise argparse.ArgumentTypeError(f"modes must be among {_MODES}; got {text!r}")
-    return values
 
 
 def _config(args: argparse.Namespace, *, epsilon: float, mode: str) -> Any:
@@ -147,38 +139,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                              "notes": SWEEP_NOTES})
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from exc
-    if not (0 < value < math.inf):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
-
-
-def _share(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from exc
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {text!r}")
-    return value
-
-
-def _at_least(minimum: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from exc
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}")
-        return value
-    return parse
-
-
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", choices=_DATASETS, default="digits",
                    help="dataset (default digits, embedded; mnist / fashion-mnist need the idx "
@@ -187,21 +147,21 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", choices=["small", "paper"], default="small",
                    help="small: CPU-sized (default); paper: the paper's ResNet-34 teacher, "
                         "GPU-sized")
-    p.add_argument("--label-epsilon", type=_positive,
+    p.add_argument("--label-epsilon", type=positive_float,
                    help="sound mode: per-label epsilon of the labels (default 10)")
-    p.add_argument("--stages", type=_at_least(1), help="stages T (default: the preset's)")
-    p.add_argument("--stage-size", type=_at_least(2),
+    p.add_argument("--stages", type=int_at_least(1), help="stages T (default: the preset's)")
+    p.add_argument("--stage-size", type=int_at_least(2),
                    help="labels per stage (default: the preset's)")
-    p.add_argument("--teacher-epochs", type=_at_least(1),
+    p.add_argument("--teacher-epochs", type=int_at_least(1),
                    help="teacher epochs (the DP-SGD epochs in sound mode; default: the "
                         "preset's)")
-    p.add_argument("--generator-steps", type=_at_least(1),
+    p.add_argument("--generator-steps", type=int_at_least(1),
                    help="generator training steps (default: the preset's)")
     p.add_argument("--label-loss", choices=["noise-aware", "kl"],
                    help="how the student learns from released labels: noise-aware (default; "
                         "forward correction through the known selective-RR channel) or kl "
                         "(the paper's Eq. 3 as written)")
-    p.add_argument("--statistics-share", type=_share,
+    p.add_argument("--statistics-share", type=fraction,
                    help="sound mode: epsilon of the DP feature-statistics release as a share "
                         "of --epsilon, in [0, 1) (default 0.1; 0: no statistics term)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
@@ -221,10 +181,10 @@ def add_dpdfd_parsers(run_methods: argparse._SubParsersAction,
                     "OUT/config.json.")
     p.add_argument("--mode", choices=_MODES, default="published",
                    help="published (the paper) or sound (DP-SGD teacher)")
-    p.add_argument("--epsilon", type=_positive, default=10.0,
+    p.add_argument("--epsilon", type=positive_float, default=10.0,
                    help="per-label epsilon (published) or record-level target (sound); "
                         "default 10")
-    p.add_argument("--seed", type=_at_least(0), default=0, help="seed of models and noise")
+    p.add_argument("--seed", type=int_at_least(0), default=0, help="seed of models and noise")
     p.add_argument("--ledger", help="SQLite ledger file to charge (created for the mode if "
                                     "missing; published mode needs an unbounded one)")
     p.add_argument("--json", action="store_true", help="print the result record")
@@ -239,7 +199,7 @@ def add_dpdfd_parsers(run_methods: argparse._SubParsersAction,
                     "refused before any work unless --resume or --force is given.")
     p.add_argument("--epsilons", type=_float_list, required=True,
                    help="comma-separated epsilons, e.g. 1,10")
-    p.add_argument("--modes", type=_mode_list, default=["published"],
+    p.add_argument("--modes", type=choice_list(_MODES), default=["published"],
                    help="comma-separated modes (default published)")
     p.add_argument("--seeds", type=_int_list, default=[0], help="comma-separated seeds")
     existing = p.add_mutually_exclusive_group()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dpkd_audit.cli.arguments import int_at_least, positive_float
 from dpkd_audit.cli.paths import output_file
 from dpkd_audit.cli.pipelines import add_pipeline_parsers, argv_or_default
 
@@ -259,16 +260,6 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from exc
-    if not (value > 0 and value < float("inf")):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
-
-
 def _attack_name(text: str) -> str:
     """An :class:`~dpkd_audit.audit.attacks.Attack` value (``float_bits`` or ``float-bits``)."""
     from dpkd_audit.audit.attacks import Attack
@@ -277,16 +268,6 @@ def _attack_name(text: str) -> str:
     names = [a.value for a in Attack]
     if value not in names:
         raise argparse.ArgumentTypeError(f"expected one of {', '.join(names)}; got {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from exc
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
     return value
 
 
@@ -315,13 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="quick start on the embedded digits: private reverse k-NN "
                                     "labels released through a ledger")
-    p.add_argument("--epsilon", type=_positive_float, default=1.0,
+    p.add_argument("--epsilon", type=positive_float, default=1.0,
                    help="epsilon of the count release (default 1.0)")
     p.add_argument("--clusters", type=int, default=20, help="number of queries s (default 20)")
     p.add_argument("--k", type=int, default=1, help="nearest queries per record (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of split, k-means and noise")
     p.add_argument("--ledger", help="SQLite ledger file (created if missing; resumed if present)")
-    p.add_argument("--budget", type=_positive_float,
+    p.add_argument("--budget", type=positive_float,
                    help="budget epsilon of a new ledger (default: --epsilon); an existing "
                         "ledger keeps its own, and a different --budget is refused")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -336,13 +317,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "as Opacus accounts a DataLoader(batch_size=B).")
     p.add_argument("mechanism", choices=[k.value for k in _plan_kinds()],
                    help="what each query releases")
-    p.add_argument("--noise", type=_positive_float,
+    p.add_argument("--noise", type=positive_float,
                    help="noise parameter: Laplace scale / sensitivity, Gaussian sigma / "
                         "sensitivity, noisy-max Laplace scale, or local epsilon0 (RR, shuffle)")
     p.add_argument("--queries", type=int, help="number of queries (steps of a subsampled "
                                                  "Gaussian)")
     p.add_argument("--delta", type=float, default=1e-5, help="target delta (default 1e-5)")
-    p.add_argument("--target-epsilon", type=_positive_float,
+    p.add_argument("--target-epsilon", type=positive_float,
                    help="solve for the missing --noise or --queries")
     p.add_argument("--sampling-probability", type=float, help="Poisson rate q (SGD)")
     p.add_argument("--classes", type=int, default=10, help="classes (noisy max, RR)")
@@ -366,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true",
                    help="audit every package mechanism and positive control (exit status 1 "
                         "only if a package mechanism is violated)")
-    p.add_argument("--epsilon", type=_positive_float, help="claimed epsilon to audit")
+    p.add_argument("--epsilon", type=positive_float, help="claimed epsilon to audit")
     p.add_argument("--samples", type=int, default=1_000_000,
                    help="samples per side (default 1e6; capped per mechanism by --max-values)")
     p.add_argument("--max-values", type=int, default=5_000_000,
@@ -391,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ledger", help="show a ledger file: budget, spent epsilon, charges")
     p.add_argument("path", help="the SQLite ledger file")
-    p.add_argument("--last", type=_count, default=20,
+    p.add_argument("--last", type=int_at_least(0), default=20,
                    help="show the last N charges (default 20; 0 shows none)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_ledger)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from dpkd_audit.cli.arguments import choice_list
 from dpkd_audit.cli.paths import output_dir, output_file
 
 __all__ = ["add_pipeline_parsers", "clusters_help", "write_sweep_report"]
@@ -95,14 +96,6 @@ def _int_list(text: str) -> list[int]:
             from exc
     if not values or any(v < 0 for v in values):
         raise argparse.ArgumentTypeError(f"expected integers >= 0, got {text!r}")
-    return values
-
-
-def _mode_list(text: str) -> list[str]:
-    values = [v.strip() for v in text.split(",") if v.strip()]
-    bad = [v for v in values if v not in _MODES]
-    if not values or bad:
-        raise argparse.ArgumentTypeError(f"modes must be among {_MODES}; got {text!r}")
     return values
 
 
@@ -368,7 +361,7 @@ def add_pipeline_parsers(sub: argparse._SubParsersAction) -> None:
                     "unless --resume or --force is given.")
     p.add_argument("--epsilons", type=_float_list, required=True,
                    help="comma-separated target epsilons, e.g. 0.01,0.04,0.1,1")
-    p.add_argument("--modes", type=_mode_list, default=["central"],
+    p.add_argument("--modes", type=choice_list(_MODES), default=["central"],
                    help="comma-separated release models (default central)")
     p.add_argument("--seeds", type=_int_list, default=[0], help="comma-separated seeds")
     existing = p.add_mutually_exclusive_group()

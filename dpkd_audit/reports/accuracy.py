@@ -31,10 +31,11 @@ from dpkd_audit.reports.records import (
     _Point,
     _setup_label,
     _varying_setup,
+    has_finite_record_level,
     load_records,
     validate_record,
 )
-from dpkd_audit.reports.references import PaperReference
+from dpkd_audit.reports.references import RECORD_LEVEL_BASELINES, PaperReference
 from dpkd_audit.reports.tables import (
     PARTIAL_SECONDS_MARK,
     TABLE_COLUMNS,
@@ -132,6 +133,9 @@ def accuracy_figure(records: Sequence[Mapping[str, Any]], *,
       the first get their own line style (label-accuracy curves are dashed); series that share
       an epsilon with another series are offset along x by a few percent of epsilon (at most
       0.1 decade in all), so that coinciding points stay visible. A footnote says so.
+    * **Record-level baselines**: for runs with a finite record-level epsilon, grey hollow
+      diamonds at the best record-level method of the method's paper's own comparison table
+      at each epsilon (:data:`~dpkd_audit.reports.references.RECORD_LEVEL_BASELINES`).
     * **Paper references**: hollow stars at their exact epsilon, one legend entry per group,
       ``"paper: METHOD DATASET MODE"``; where the paper's number of queries s differs from the
       records' it is named: ``"paper: rknn mnist central (s=10 at eps 0.01, s=40 at eps 0.04,
@@ -252,6 +256,8 @@ def accuracy_figure(records: Sequence[Mapping[str, Any]], *,
             markeredgecolor=color_for(triple), color=color_for(triple),
             label=_paper_label(triple, drawn_refs, ours_clusters.get(triple, set())),
             zorder=4))
+    if metric is Metric.TEST_ACCURACY:
+        handles.extend(_draw_baselines(ax, checked))
     if not handles:
         raise ValueError(f"no record and no reference has a value for metric {metric.value!r}")
 
@@ -279,6 +285,35 @@ def accuracy_figure(records: Sequence[Mapping[str, Any]], *,
         fig.text(0.01, 0.01, "   ".join(notes), fontsize=7, ha="left", va="bottom")
     fig.tight_layout(rect=(0.0, 0.03 if notes else 0.0, 1.0, 1.0))
     return fig
+
+
+def _draw_baselines(ax: Any, records: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """Grey diamonds: the best record-level method of each paper's own table, per epsilon.
+
+    Drawn for the (method, dataset) pairs that have runs with a finite record-level epsilon
+    (sound variants), from :data:`~dpkd_audit.reports.references.RECORD_LEVEL_BASELINES`.
+    """
+    pairs = sorted({(str(r["method"]), str(r["dataset"])) for r in records
+                    if has_finite_record_level(r)})
+    handles = []
+    for method, dataset in pairs:
+        pool = [b for b in RECORD_LEVEL_BASELINES if b.method.lower() == method.lower()
+                and b.dataset.lower() == dataset.lower()]
+        best = {}
+        for b in pool:
+            if b.epsilon not in best or b.test_accuracy > best[b.epsilon].test_accuracy:
+                best[b.epsilon] = b
+        if not best:
+            continue
+        shown = [best[e] for e in sorted(best)]
+        names = ", ".join(dict.fromkeys(b.name for b in shown))
+        handles.extend(ax.plot(
+            [b.epsilon for b in shown], [100.0 * b.test_accuracy for b in shown],
+            linestyle="none", marker="D", markersize=7, markerfacecolor="none",
+            markeredgecolor="0.35", color="0.35", zorder=4,
+            label=f"best record-level method in the {method} paper's table, {dataset} "
+                  f"({names})"))
+    return handles
 
 
 def plot_accuracy(records: Sequence[Mapping[str, Any]], path: str | os.PathLike[str], *,

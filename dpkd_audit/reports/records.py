@@ -112,6 +112,15 @@ def _infinite_or_positive(name: str, value: Any, *, null_is_inf: bool) -> float 
     return check_positive(name, value, allow_inf=True)
 
 
+def has_finite_record_level(record: Mapping[str, Any]) -> bool:
+    """Whether a record states a finite record-level epsilon (absent: ``False``)."""
+    if "epsilon_record_level" not in record:
+        return False
+    value = _infinite_or_positive("epsilon_record_level", record["epsilon_record_level"],
+                                  null_is_inf=True)
+    return value is not None and math.isfinite(value)
+
+
 def _check_text(name: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{name} must be a non-empty string; got {value!r}")

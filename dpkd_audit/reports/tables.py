@@ -28,9 +28,10 @@ from dpkd_audit.reports.records import (
     _infinite_or_positive,
     _none_last,
     _Point,
+    has_finite_record_level,
     load_records,
 )
-from dpkd_audit.reports.references import PAPER_REFERENCES, PaperReference
+from dpkd_audit.reports.references import PAPER_REFERENCES, PaperReference, best_baseline
 
 __all__ = [
     "PARTIAL_SECONDS_MARK",
@@ -284,6 +285,30 @@ def _purity_note(records: Sequence[Mapping[str, Any]]) -> str | None:
             "private labels can reach with these queries): " + "; ".join(parts) + ".")
 
 
+def _baseline_note(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """Record-level runs beside the best record-level method of their paper's comparison table.
+
+    Runs with a finite record-level epsilon, against the most accurate method at the same or a
+    smaller epsilon (:data:`~dpkd_audit.reports.references.RECORD_LEVEL_BASELINES`).
+    """
+    rows = []
+    for point in _aggregate(_checked(records)):
+        finite = [r for r in point.records if has_finite_record_level(r)]
+        if not finite:
+            continue
+        baseline = best_baseline(point.method, point.dataset, point.epsilon)
+        if baseline is None:
+            continue
+        ours = 100.0 * sum(float(r["test_accuracy"]) for r in finite) / len(finite)
+        rows.append(f"{point.method} {point.dataset} {point.mode} eps={point.epsilon:g}: "
+                    f"{ours:.2f}% vs {baseline.name} {100.0 * baseline.test_accuracy:.2f}% "
+                    f"(eps={baseline.epsilon:g}, delta={baseline.delta:g})")
+    if not rows:
+        return None
+    return ("Record-level runs against the best record-level method of the paper's own "
+            "comparison table at the same or a smaller epsilon: " + "; ".join(rows) + ".")
+
+
 def _teacher_note(records: Sequence[Mapping[str, Any]]) -> str | None:
     """Teacher test accuracy beside the student's, for methods that train a teacher."""
     rows = []
@@ -342,7 +367,7 @@ def results_overview(paths: Sequence[str | os.PathLike[str]], *,
     records = [r for _, recs in per_file for r in recs]
     out = [markdown_table(records, references=references), "",
            f"{_COLUMNS_NOTE} {seconds_note(records)}", ""]
-    for note in (_purity_note(records), _teacher_note(records)):
+    for note in (_purity_note(records), _teacher_note(records), _baseline_note(records)):
         if note:
             out += [note, ""]
     sources = []
@@ -411,6 +436,9 @@ def sweep_readme(records: Sequence[Mapping[str, Any]], *, command: str, title: s
         out += [f"![Accuracy versus epsilon]({plot_name})", ""]
     out += ["## Results", "", markdown_table(checked, references=refs), "",
             f"{_COLUMNS_NOTE} {seconds_note(checked)}", ""]
+    for note in (_teacher_note(checked), _baseline_note(checked)):
+        if note:
+            out += [note, ""]
     if shown:
         out += ["## Paper references", ""]
         for ref in shown:
