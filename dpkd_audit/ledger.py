@@ -96,7 +96,9 @@ class SpentBudget:
 
     @property
     def remaining_epsilon(self) -> float:
-        """Budget epsilon minus spent epsilon (0 when exhausted)."""
+        """Budget epsilon minus spent epsilon (0 when exhausted; inf for an unbounded ledger)."""
+        if math.isinf(self.budget_epsilon):
+            return math.inf
         return max(0.0, self.budget_epsilon - float(self.epsilon))
 
 

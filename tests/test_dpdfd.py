@@ -319,3 +319,17 @@ def test_cli_label_loss_and_statistics_share_reach_the_config(tmp_path: Path) ->
     assert record["config"]["student"]["loss"] == "kl"
     assert record["statistics"] is None and len(record["charges"]) == 1
     assert record["config"]["sound_generator"]["beta"] == 0.0
+
+
+def test_dpkd_ledger_shows_an_unbounded_ledger_in_strict_json(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "published.sqlite"
+    ledger = Ledger(epsilon=math.inf, unbounded=True, path=path)
+    ledger.charge(_dp.NonPrivateDpEvent(), label="teacher without noise")
+    ledger.close()
+    assert main(["ledger", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "unbounded: it records, refuses nothing" in text and "remaining inf" in text
+    assert main(["ledger", "--json", str(path)]) == 0
+    shown = json.loads(capsys.readouterr().out)  # strict JSON: no Infinity
+    assert shown["budget_epsilon"] is None and shown["unbounded"] is True
+    assert shown["spent_epsilon"] is None

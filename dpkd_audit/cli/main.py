@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,15 +51,22 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     integrity = ("chain verified (HMAC-SHA256, keyed)" if ledger.keyed else
                  "chain verified (SHA-256, no key: detects damage and naive edits only)")
     if args.json:
+        def finite_or_null(value: float) -> float | None:  # strict JSON: null is infinite
+            return None if math.isinf(value) else value
+
         print(json.dumps({
-            "path": str(args.path), "budget_epsilon": ledger.epsilon,
-            "budget_delta": ledger.delta, "spent_epsilon": float(spent.epsilon),
+            "path": str(args.path), "budget_epsilon": finite_or_null(ledger.epsilon),
+            "unbounded": math.isinf(ledger.epsilon), "budget_delta": ledger.delta,
+            "spent_epsilon": finite_or_null(float(spent.epsilon)),
             "method": spent.epsilon.method, "kind": spent.epsilon.kind.value,
             "accountant": ledger.identity.accountant, "keyed": ledger.keyed,
             "charges": [{"seq": c.seq, "label": c.label, "event": repr(c.event),
-                         "created": c.created, "pid": c.pid} for c in charges]}, indent=2))
+                         "created": c.created, "pid": c.pid} for c in charges]},
+            indent=2, allow_nan=False))
         return 0
-    print(f"ledger {args.path}: budget epsilon={ledger.epsilon:g}, delta={ledger.delta:g}")
+    unbounded = " (unbounded: it records, refuses nothing)" if math.isinf(ledger.epsilon) else ""
+    print(f"ledger {args.path}: budget epsilon={ledger.epsilon:g}, delta={ledger.delta:g}"
+          f"{unbounded}")
     print(f"accountant {accountant}; {integrity}")
     print(f"spent epsilon={float(spent.epsilon):.6g} ({spent.epsilon.method}, "
           f"{spent.epsilon.kind.value}); remaining {spent.remaining_epsilon:.6g}; "
