@@ -208,3 +208,35 @@ def test_ledger_command_on_any_path(capsys, tmp_path_factory, last, kind):
     code, captured = run(["ledger", str(path), "--last", last], capsys)
     valid = kind == "ledger" and last in ("0", "5", "9223372036854775808")
     assert code == (0 if valid else 2), captured.err
+
+
+@SETTINGS
+@given(epsilon=NUMBERS, label_epsilon=st.none() | NUMBERS, stages=COUNTS, stage_size=COUNTS,
+       share=st.none() | NUMBERS, mode=st.sampled_from(["published", "sound", "bogus"]),
+       dataset=st.sampled_from(["digits", "mnist", "nope"]),
+       broken=st.sampled_from(["epsilon", "stages", "stage_size", "dataset", "out", "ledger",
+                               "label_epsilon", "share"]))
+def test_run_dpdfd_refuses_bad_input_before_work(capsys, tmp_path, epsilon, label_epsilon,
+                                                 stages, stage_size, share, mode, dataset,
+                                                 broken):
+    # One field at least is invalid, so that no example trains a model.
+    values = {"epsilon": epsilon, "stages": stages, "stage_size": stage_size,
+              "dataset": dataset, "label_epsilon": label_epsilon, "share": share}
+    bad = {"epsilon": "-1", "stages": "0", "stage_size": "1", "dataset": "nope",
+           "label_epsilon": "0", "share": "1"}
+    if broken in bad:
+        values[broken] = bad[broken]
+    (tmp_path / "file").write_text("x")
+    out = str(tmp_path / "file" / "sub") if broken == "out" else str(tmp_path / "out")
+    argv = ["run", "dpdfd", "--dataset", values["dataset"], "--mode", mode,
+            "--epsilon", values["epsilon"], "--stages", values["stages"],
+            "--stage-size", values["stage_size"], "--out", out, "--data-dir", str(tmp_path),
+            "--quiet"]
+    for flag, key in (("--label-epsilon", "label_epsilon"), ("--statistics-share", "share")):
+        if values[key] is not None:
+            argv += [flag, values[key]]
+    if broken == "ledger":
+        argv += ["--ledger", str(tmp_path / "missing" / "ledger.sqlite")]
+    code, _ = run(argv, capsys)
+    assert code == 2
+    assert not (tmp_path / "out").exists()
