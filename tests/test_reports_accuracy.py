@@ -541,3 +541,21 @@ def test_sound_runs_are_compared_with_the_papers_record_level_baselines(tmp_path
                         "(DataLens, DP-Sinkhorn)"]
     assert not [label for label in accuracy_figure(records[2:]).axes[0].get_legend().get_texts()
                 if label.get_text().startswith("best record-level")]
+
+
+def test_teacher_accuracy_can_be_the_dashed_curve():
+    from dpkd_audit.reports import accuracy_figure
+
+    records = [_record(eps, 0.9 + eps / 100, method="dpdfd", mode="sound",
+                       teacher_accuracy=0.95 + eps / 1000) for eps in (1.0, 10.0)]
+    fig = accuracy_figure(records, dashed_metric="teacher_accuracy")
+    ax = fig.axes[0]
+    assert "dashed teacher accuracy" in ax.get_ylabel()
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    teacher = lines["dpdfd mnist sound (teacher)"]
+    assert list(teacher.get_ydata()) == pytest.approx([95.1, 96.0])
+    assert teacher.get_linestyle() == "--"
+    with pytest.raises(ValueError, match="not both"):
+        accuracy_figure(records, dashed_metric="teacher_accuracy", show_label_accuracy=True)
+    with pytest.raises(ValueError, match="metric must be one of"):
+        accuracy_figure(records, dashed_metric="nope")

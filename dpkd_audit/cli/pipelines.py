@@ -259,7 +259,8 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
 
 def write_sweep_report(out: Path, *, command: str, dataset: str,
                        method_title: str = "Reverse k-NN", page_title: str | None = None,
-                       notes: str = "", show_label_accuracy: bool = True) -> tuple[Path, Path]:
+                       notes: str = "", dashed_metric: str = "label_accuracy",
+                       ) -> tuple[Path, Path]:
     """Write ``OUT/accuracy.png`` and ``OUT/README.md`` of a sweep from ``OUT/results.jsonl``.
 
     Built from the saved records alone (so a committed sweep's page can be rebuilt without
@@ -272,7 +273,8 @@ def write_sweep_report(out: Path, *, command: str, dataset: str,
         method_title: Method name for the plot title.
         page_title: The page's heading (default: "Reverse k-NN labelling on DATASET").
         notes: Markdown added at the end of the page (what the epsilons mean, ...).
-        show_label_accuracy: Draw label accuracy as dashed lines.
+        dashed_metric: The accuracy drawn dashed beside the test accuracy (a record key:
+            label accuracy by default, ``"teacher_accuracy"`` for methods with a teacher).
 
     Returns:
         The paths of the plot and of the page.
@@ -284,7 +286,7 @@ def write_sweep_report(out: Path, *, command: str, dataset: str,
     records = load_records(out / "results.jsonl")
     plot = plot_accuracy(records, out / "accuracy.png",
                          title=f"{method_title} on {dataset}: accuracy vs epsilon",
-                         show_label_accuracy=show_label_accuracy)
+                         dashed_metric=dashed_metric)
     readme = sweep_readme(records, command=command,
                           title=page_title or f"Reverse k-NN labelling on {dataset}",
                           plot_name=plot.name)

@@ -119,7 +119,8 @@ def accuracy_figure(records: Sequence[Mapping[str, Any]], *,
                     references: Sequence[PaperReference] | None = None,
                     title: str | None = None,
                     metric: Metric | str = Metric.TEST_ACCURACY,
-                    show_label_accuracy: bool = False) -> Figure:
+                    show_label_accuracy: bool = False,
+                    dashed_metric: Metric | str | None = None) -> Figure:
     """Build the accuracy-versus-epsilon figure (not saved; see :func:`plot_accuracy`).
 
     x is the target epsilon (log scale), y the accuracy in %. Each series (one per method,
@@ -151,7 +152,11 @@ def accuracy_figure(records: Sequence[Mapping[str, Any]], *,
         title: Figure title (default ``"Test accuracy vs epsilon (DATASETS)"``).
         metric: The accuracy on the y axis (:class:`Metric` or its value).
         show_label_accuracy: Also draw the label accuracy of each series as a dashed line (when
-            ``metric`` is not already the label accuracy).
+            ``metric`` is not already the label accuracy); the same as
+            ``dashed_metric="label_accuracy"``.
+        dashed_metric: A second accuracy drawn dashed for each series (e.g.
+            ``"teacher_accuracy"`` for methods that train a teacher); not with
+            ``show_label_accuracy``.
 
     Returns:
         A ``matplotlib.figure.Figure`` with an Agg canvas (no pyplot state involved). Series
@@ -188,9 +193,15 @@ def accuracy_figure(records: Sequence[Mapping[str, Any]], *,
             triple_colors[triple] = palette[len(triple_colors) % len(palette)]
         return triple_colors[triple]
 
+    if show_label_accuracy:
+        if dashed_metric is not None:
+            raise ValueError("give show_label_accuracy or dashed_metric, not both")
+        dashed_metric = Metric.LABEL_ACCURACY
+    dashed = None if dashed_metric is None else Metric.parse(dashed_metric)
     curves = [(metric, None, "")]
-    if show_label_accuracy and metric is not Metric.LABEL_ACCURACY:
-        curves.append((Metric.LABEL_ACCURACY, "--", " (label acc)"))
+    if dashed is not None and dashed is not metric:
+        short = {Metric.LABEL_ACCURACY: "label acc", Metric.TEACHER_ACCURACY: "teacher"}
+        curves.append((dashed, "--", f" ({short.get(dashed, dashed.title)})"))
 
     def curve_points(pts: Sequence[_Point], curve_metric: Metric) -> list[tuple[float, list]]:
         return [(p.epsilon, values) for p in pts if (values := p.values(curve_metric.value))]
@@ -265,7 +276,7 @@ def accuracy_figure(records: Sequence[Mapping[str, Any]], *,
     ax.set_xscale("log")
     ax.set_xlabel("target epsilon (log scale)")
     ax.set_ylabel(f"{metric.title} (%)" if len(curves) == 1 else "accuracy (%): solid "
-                  f"{metric.title}, dashed label accuracy")
+                  f"{metric.title}, dashed {curves[-1][0].title}")
     ax.set_title(title or f"{metric.title.capitalize()} vs epsilon ({', '.join(datasets)})")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="best")
@@ -320,7 +331,8 @@ def plot_accuracy(records: Sequence[Mapping[str, Any]], path: str | os.PathLike[
                   references: Sequence[PaperReference] | None = None,
                   title: str | None = None,
                   metric: Metric | str = Metric.TEST_ACCURACY,
-                  show_label_accuracy: bool = False, dpi: int = 120) -> Path:
+                  show_label_accuracy: bool = False, dashed_metric: Metric | str | None = None,
+                  dpi: int = 120) -> Path:
     """Plot accuracy against the target epsilon and save it as a PNG.
 
     See :func:`accuracy_figure` for what is drawn and for the arguments.
@@ -332,6 +344,7 @@ def plot_accuracy(records: Sequence[Mapping[str, Any]], path: str | os.PathLike[
         title: Figure title.
         metric: The accuracy on the y axis.
         show_label_accuracy: Also draw label accuracy as dashed lines.
+        dashed_metric: Another accuracy drawn dashed (see :func:`accuracy_figure`).
         dpi: Resolution of the PNG (an integer in [50, 600]).
 
     Returns:
@@ -342,7 +355,8 @@ def plot_accuracy(records: Sequence[Mapping[str, Any]], path: str | os.PathLike[
         raise ValueError(f"path must end in .png; got {str(path)!r}")
     dpi = check_int("dpi", dpi, minimum=50, maximum=600)
     fig = accuracy_figure(records, references=references, title=title, metric=metric,
-                          show_label_accuracy=show_label_accuracy)
+                          show_label_accuracy=show_label_accuracy,
+                          dashed_metric=dashed_metric)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi, format="png")
     return path

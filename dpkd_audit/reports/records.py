@@ -74,6 +74,7 @@ class Metric(enum.StrEnum):
     TEST_ACCURACY = "test_accuracy"
     LABEL_ACCURACY = "label_accuracy"
     LABEL_ACCURACY_WITHOUT_NOISE = "label_accuracy_without_noise"
+    TEACHER_ACCURACY = "teacher_accuracy"
 
     @classmethod
     def parse(cls, value: Metric | str) -> Metric:
@@ -97,7 +98,8 @@ class Metric(enum.StrEnum):
         """Human-readable name (axis label)."""
         return {Metric.TEST_ACCURACY: "test accuracy",
                 Metric.LABEL_ACCURACY: "label accuracy",
-                Metric.LABEL_ACCURACY_WITHOUT_NOISE: "label accuracy without noise"}[self]
+                Metric.LABEL_ACCURACY_WITHOUT_NOISE: "label accuracy without noise",
+                Metric.TEACHER_ACCURACY: "teacher accuracy"}[self]
 
 
 # --------------------------------------------------------------------------------------------
