@@ -559,3 +559,26 @@ def test_teacher_accuracy_can_be_the_dashed_curve():
         accuracy_figure(records, dashed_metric="teacher_accuracy", show_label_accuracy=True)
     with pytest.raises(ValueError, match="metric must be one of"):
         accuracy_figure(records, dashed_metric="nope")
+
+
+def test_a_stage_of_one_mode_does_not_mark_the_other_modes_seconds():
+    records = [_record(1.0, 0.9, method="dpdfd", mode="published",
+                       seconds={"teacher": 1.0, "total": 1.0}),
+               _record(1.0, 0.9, method="dpdfd", mode="sound",
+                       seconds={"teacher": 1.0, "statistics": 2.0, "total": 3.0}),
+               _record(3.0, 0.9, method="dpdfd", mode="sound",
+                       seconds={"teacher": 1.0, "total": 1.0})]
+    table = markdown_table(records)
+    assert table.count("†") == 1    # only the sound run without statistics
+    assert "| 1.0 † |" in table
+    assert "they lack statistics" in seconds_note(records)
+
+
+def test_a_rebuilt_sweep_page_names_the_command_that_made_the_records():
+    records = [_record(1.0, 0.9, command="dpkd sweep rknn --epsilons 1 --out x")]
+    page = sweep_readme(records, command="dpkd sweep rknn --epsilons 1 --out x --resume",
+                        title="T")
+    assert "The records were made by:\n\n```bash\ndpkd sweep rknn --epsilons 1 --out x\n```" \
+        in page
+    same = sweep_readme(records, command="dpkd sweep rknn --epsilons 1 --out x", title="T")
+    assert "The records were made by" not in same

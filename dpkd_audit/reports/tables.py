@@ -87,27 +87,36 @@ def _paper_cell(point: _Point, refs: Sequence[PaperReference]) -> str:
     return "; ".join(parts) if parts else "-"
 
 
-def _stage_sets(records: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
-    """Per method, every stage any of its records times, in order of first appearance."""
-    stages: dict[str, list[str]] = {}
+def _stage_sets(records: Iterable[Mapping[str, Any]], *,
+                by_mode: bool = False) -> dict[Any, list[str]]:
+    """Every stage any record times, in order of first appearance, per method.
+
+    With ``by_mode``, per ``(method, mode)``: modes of one method may have stages of their own.
+    """
+    stages: dict[Any, list[str]] = {}
     for r in records:
         seconds = r.get("seconds")
-        known = stages.setdefault(str(r["method"]), [])
+        key = (str(r["method"]), str(r["mode"])) if by_mode else str(r["method"])
+        known = stages.setdefault(key, [])
         if isinstance(seconds, Mapping):
             known.extend(k for k, v in seconds.items()
                          if k != "total" and v is not None and k not in known)
     return stages
 
 
-def _missing_stages(record: Mapping[str, Any], stages: Mapping[str, Sequence[str]]) -> list[str]:
-    """Stages of the record's method that its ``seconds`` mapping lacks (none for a number)."""
+def _missing_stages(record: Mapping[str, Any], stages: Mapping[Any, Sequence[str]]) -> list[str]:
+    """Stages of the record's method and mode that its ``seconds`` mapping lacks.
+
+    ``stages`` comes from :func:`_stage_sets` with ``by_mode``; none for a plain number.
+    """
     seconds = record.get("seconds")
     if not isinstance(seconds, Mapping):
         return []
-    return [k for k in stages[str(record["method"])] if seconds.get(k) is None]
+    return [k for k in stages[(str(record["method"]), str(record["mode"]))]
+            if seconds.get(k) is None]
 
 
-#: Marks a ``seconds`` cell whose records time fewer stages than others of their method.
+#: Marks a ``seconds`` cell whose records time fewer stages than others of their method and mode.
 PARTIAL_SECONDS_MARK = "†"
 
 #: Column headers of :func:`markdown_table`.
@@ -135,7 +144,7 @@ def markdown_table(records: Sequence[Mapping[str, Any]], *,
       paper states it) for the same method, dataset, mode and epsilon, ``"-"`` if none.
     * ``seconds``: mean total wall-clock seconds per run, 1 decimal, followed by
       :data:`PARTIAL_SECONDS_MARK` when a record of the row times fewer stages than other
-      records of its method in the table (so its seconds are not comparable;
+      records of its method and mode in the table (so its seconds are not comparable;
       :func:`seconds_note` names the stages missing).
     * ``device``: the distinct devices.
 
@@ -152,7 +161,7 @@ def markdown_table(records: Sequence[Mapping[str, Any]], *,
              "label acc (%)", "test acc (%)", "paper test acc (%)", "seconds"}
     lines = ["| " + " | ".join(TABLE_COLUMNS) + " |",
              "|" + "|".join("---:" if c in right else "---" for c in TABLE_COLUMNS) + "|"]
-    stages = _stage_sets(checked)
+    stages = _stage_sets(checked, by_mode=True)
     for p in _aggregate(checked):
         setup = dict(zip(SETUP_KEYS, p.setup, strict=True))
         seconds = [s for s in (_check_seconds(r.get("seconds")) for r in p.records)
@@ -214,7 +223,8 @@ def seconds_note(records: Sequence[Mapping[str, Any]]) -> str:
                  "in every row that uses them, so a row's seconds are what its run costs on its "
                  "own")
     text += "."
-    lacking = {stage for r in checked for stage in _missing_stages(r, stages)}
+    per_mode = _stage_sets(checked, by_mode=True)
+    lacking = {stage for r in checked for stage in _missing_stages(r, per_mode)}
     missing = [stage for v in stages.values() for stage in v if stage in lacking]
     missing = list(dict.fromkeys(missing))
     if missing:
@@ -424,6 +434,10 @@ def sweep_readme(records: Sequence[Mapping[str, Any]], *, command: str, title: s
     datasets = sorted({str(r["dataset"]) for r in checked})
     fence = "````" if "```" in command else "```"
     out = [f"# {title.strip()}", "", "Produced by:", "", f"{fence}bash", command.strip(), fence, ""]
+    made_by = [c for c in dict.fromkeys(str(r["command"]).strip() for r in checked
+                                        if r.get("command")) if c != command.strip()]
+    if made_by:  # e.g. a page rebuilt by --resume from records an earlier command made
+        out += ["The records were made by:", "", f"{fence}bash", *made_by, fence, ""]
     if len(devices) == 1:
         out.append(f"Device: `{devices[0]}`.")
     elif devices:
