@@ -582,3 +582,15 @@ def test_a_rebuilt_sweep_page_names_the_command_that_made_the_records():
         in page
     same = sweep_readme(records, command="dpkd sweep rknn --epsilons 1 --out x", title="T")
     assert "The records were made by" not in same
+
+
+def test_runs_with_different_label_counts_are_never_averaged():
+    records = [_record(1.0, 0.58, method="dpdfd", mode="published", labels=40000, clusters=None,
+                       k=None, representation=None),
+               _record(1.0, 0.95, method="dpdfd", mode="published", labels=200000,
+                       clusters=None, k=None, representation=None)]
+    table = markdown_table(records)
+    assert "| small / Q=40000 |" in table and "| small / Q=200000 |" in table
+    assert "58.00" in table and "95.00" in table and "seeds 0, 0" not in table
+    with pytest.raises(ValueError, match="labels"):
+        validate_record(_record(1.0, 0.9, labels=0))

@@ -15,8 +15,8 @@ Record keys (see the shared ARCHITECTURE "Pipelines"):
   ``label_accuracy_without_noise``, ``teacher_accuracy`` (fractions), ``epsilon_published``
   (> 0, may be infinite), ``epsilon_record_level`` (> 0; infinity may be written as
   ``Infinity``, the string ``"inf"`` or JSON ``null``, since strict JSON has no infinity: **null
-  means infinite (not DP)** for this key only), ``delta`` (in [0, 1)), ``clusters``, ``k``
-  (integers >= 1), ``seed`` (integer),
+  means infinite (not DP)** for this key only), ``delta`` (in [0, 1)), ``clusters``, ``k``,
+  ``labels`` (labels or queries released; integers >= 1), ``seed`` (integer),
   ``representation``, ``preset``, ``device`` (strings), ``seconds`` (a number, or a mapping of
   stage to seconds whose ``"total"`` is used; without ``"total"``, the sum of the stages),
   ``shared_stages`` (stages measured once and shared by the runs of a sweep, counted in each)
@@ -62,7 +62,7 @@ __all__ = [
 REQUIRED_KEYS: tuple[str, ...] = ("method", "dataset", "mode", "epsilon", "test_accuracy")
 #: Keys that distinguish two setups of the same (method, dataset, mode): runs differing in one of
 #: them are never averaged together.
-SETUP_KEYS: tuple[str, ...] = ("representation", "clusters", "k", "preset")
+SETUP_KEYS: tuple[str, ...] = ("representation", "clusters", "k", "preset", "labels")
 
 _INFINITY_STRINGS = frozenset({"inf", "+inf", "infinity", "+infinity", "∞"})
 _NOT_DP = "∞ (not DP)"
@@ -190,7 +190,7 @@ def validate_record(record: Any, *, where: str = "record") -> dict[str, Any]:
                               null_is_inf=True)
         if record.get("delta") is not None:
             check_delta(record["delta"])
-        for key in ("clusters", "k"):
+        for key in ("clusters", "k", "labels"):
             if record.get(key) is not None:
                 check_int(key, record[key], minimum=1)
         if record.get("seed") is not None:
@@ -324,6 +324,8 @@ def _setup_label(point_setup: tuple[Any, ...], varying: Sequence[int]) -> str:
             parts.append(f"k={'-' if value is None else value}")
         elif key == "preset":
             parts.append(f"preset {value or '-'}")
+        elif key == "labels":
+            parts.append(f"Q={'-' if value is None else value}")
         else:
             parts.append(str(value or "-"))
     return ", ".join(parts)

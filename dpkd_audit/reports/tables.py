@@ -135,7 +135,8 @@ def markdown_table(records: Sequence[Mapping[str, Any]], *,
     and target epsilon, so the table does not depend on the order of the records. Columns are
     :data:`TABLE_COLUMNS`:
 
-    * ``setup``: representation and preset (``"-"`` when absent); ``s``: clusters.
+    * ``setup``: representation, preset and ``Q=`` the labels released (``"-"`` when
+      absent); ``s``: clusters.
     * epsilons: 4 significant digits; infinity (record-level null / ``"inf"``) is
       ``"∞ (not DP)"``; distinct values over the seeds are listed, comma-separated.
     * ``runs``: the number of records with their seeds.
@@ -173,8 +174,9 @@ def markdown_table(records: Sequence[Mapping[str, Any]], *,
                         if "epsilon_record_level" in r else None for r in p.records]
         cells = [
             p.method, p.dataset, p.mode,
-            " / ".join(str(setup[k]) for k in ("representation", "preset")
-                       if setup[k] is not None) or "-",
+            " / ".join([*(str(setup[k]) for k in ("representation", "preset")
+                          if setup[k] is not None),
+                        *([] if setup["labels"] is None else [f"Q={setup['labels']}"])]) or "-",
             "-" if setup["clusters"] is None else str(setup["clusters"]),
             "-" if setup["k"] is None else str(setup["k"]),
             _fmt_eps(p.epsilon),

@@ -19,8 +19,9 @@ cost: DP-DFD Sec. II-C) and the optimizer across stages.
   the released label and the student's prediction *passed through the release channel*,
   :func:`selective_rr_forward_loss`. With plain KL at small epsilon the student learns the noise:
   its probabilities stay flat, so the candidate set I stays large and the labels stay noisy (at
-  per-label eps = 1 on MNIST: 28% test accuracy with KL; see the committed reports for the
-  noise-aware figures). It is post-processing of released labels and public data.
+  per-label eps = 1 on MNIST with 200,000 labels: 74.89% test accuracy with KL, 94.97% with the
+  forward correction; ``reports/dpdfd/``). It is post-processing of released labels and public
+  data.
 
 All randomness comes from one seeded CPU ``torch.Generator``.
 """
