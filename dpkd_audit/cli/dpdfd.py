@@ -12,14 +12,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dpkd_audit.cli.arguments import choice_list, fraction, int_at_least, positive_float
+from dpkd_audit.cli.arguments import fraction, int_at_least, positive_float
 from dpkd_audit.cli.paths import output_file
 from dpkd_audit.cli.pipelines import (
     _command,
-    _float_list,
-    _int_list,
     _out_dir,
     _write_json,
+    add_sweep_grid_arguments,
     run_sweep,
 )
 
@@ -197,14 +196,6 @@ def add_dpdfd_parsers(run_methods: argparse._SubParsersAction,
                     "the teacher and generator. Writes OUT/results.jsonl, OUT/accuracy.png "
                     "(paper numbers as stars) and OUT/README.md. An existing results.jsonl is "
                     "refused before any work unless --resume or --force is given.")
-    p.add_argument("--epsilons", type=_float_list, required=True,
-                   help="comma-separated epsilons, e.g. 1,10")
-    p.add_argument("--modes", type=choice_list(_MODES), default=["published"],
-                   help="comma-separated modes (default published)")
-    p.add_argument("--seeds", type=_int_list, default=[0], help="comma-separated seeds")
-    existing = p.add_mutually_exclusive_group()
-    existing.add_argument("--resume", action="store_true",
-                          help="keep OUT/results.jsonl and skip the runs already in it")
-    existing.add_argument("--force", action="store_true", help="overwrite OUT/results.jsonl")
+    add_sweep_grid_arguments(p, modes=_MODES, default_mode="published", epsilons_example="1,10")
     _add_arguments(p)
     p.set_defaults(func=_cmd_sweep, seed=0)

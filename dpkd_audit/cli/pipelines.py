@@ -12,7 +12,7 @@ import dataclasses
 import json
 import shlex
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -257,6 +257,23 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
     return 0
 
 
+def add_sweep_grid_arguments(p: argparse.ArgumentParser, *, modes: Sequence[str],
+                             default_mode: str, epsilons_example: str,
+                             modes_name: str = "modes") -> None:
+    """The grid flags of every ``dpkd sweep METHOD``: epsilons, modes, seeds, resume/force."""
+    p.add_argument("--epsilons", type=_float_list, required=True,
+                   help=f"comma-separated target epsilons, e.g. {epsilons_example}")
+    p.add_argument("--modes", type=choice_list(modes), default=[default_mode],
+                   help=f"comma-separated {modes_name} (default {default_mode})")
+    p.add_argument("--seeds", type=_int_list, default=[0], help="comma-separated seeds")
+    existing = p.add_mutually_exclusive_group()
+    existing.add_argument("--resume", action="store_true",
+                          help="keep OUT/results.jsonl and skip the runs already in it")
+    existing.add_argument("--force", action="store_true",
+                          help="overwrite OUT/results.jsonl (without --resume or --force, an "
+                               "existing one is refused before any work)")
+
+
 def write_sweep_report(out: Path, *, command: str, dataset: str,
                        method_title: str = "Reverse k-NN", page_title: str | None = None,
                        notes: str = "", dashed_metric: str = "label_accuracy",
@@ -361,17 +378,8 @@ def add_pipeline_parsers(sub: argparse._SubParsersAction) -> None:
                     "OUT/results.jsonl, OUT/accuracy.png (paper numbers as stars) and "
                     "OUT/README.md. An existing OUT/results.jsonl is refused before any work "
                     "unless --resume or --force is given.")
-    p.add_argument("--epsilons", type=_float_list, required=True,
-                   help="comma-separated target epsilons, e.g. 0.01,0.04,0.1,1")
-    p.add_argument("--modes", type=choice_list(_MODES), default=["central"],
-                   help="comma-separated release models (default central)")
-    p.add_argument("--seeds", type=_int_list, default=[0], help="comma-separated seeds")
-    existing = p.add_mutually_exclusive_group()
-    existing.add_argument("--resume", action="store_true",
-                          help="keep OUT/results.jsonl and skip the runs already in it")
-    existing.add_argument("--force", action="store_true",
-                          help="overwrite OUT/results.jsonl (without --resume or --force, an "
-                               "existing one is refused before any work)")
+    add_sweep_grid_arguments(p, modes=_MODES, default_mode="central",
+                             epsilons_example="0.01,0.04,0.1,1", modes_name="release models")
     _add_rknn_arguments(p)
     p.set_defaults(func=_cmd_sweep_rknn, seed=0)
 
