@@ -184,14 +184,24 @@ def _cmd_run_rknn(args: argparse.Namespace) -> int:
     return 0
 
 
-def _done_keys(path: Path) -> set[tuple[str, float, int]]:
+def _point_key(config: Any) -> tuple[Any, ...]:
+    """A sweep point's identity for ``--resume``: (mode, target epsilon, seed)."""
+    return (config.mode.value, float(config.epsilon), int(config.seed))
+
+
+def _record_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The :func:`_point_key` of the config a record was made with."""
+    return (record["mode"], float(record["epsilon"]), int(record["seed"]))
+
+
+def _done_keys(path: Path, record_key: Callable[[Mapping[str, Any]], tuple[Any, ...]]
+               ) -> set[tuple[Any, ...]]:
     if not path.exists():
         return set()
     keys = set()
     for line in path.read_text().splitlines():
         if line.strip():
-            rec = json.loads(line)
-            keys.add((rec["mode"], float(rec["epsilon"]), int(rec["seed"])))
+            keys.add(record_key(json.loads(line)))
     return keys
 
 
@@ -207,7 +217,10 @@ def _cmd_sweep_rknn(args: argparse.Namespace) -> int:
 def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
               check_configs: Callable[..., Any], sweep: Callable[..., Iterable[Any]],
               summary: Callable[[dict[str, Any]], str],
-              report: Mapping[str, Any] | None = None) -> int:
+              report: Mapping[str, Any] | None = None,
+              point_key: Callable[[Any], tuple[Any, ...]] = _point_key,
+              record_key: Callable[[Mapping[str, Any]], tuple[Any, ...]] = _record_key,
+              ) -> int:
     """The body of every ``dpkd sweep METHOD``: check, write ``results.jsonl``, report.
 
     Every point is checked (``check_configs``) before anything is written; an existing
@@ -225,6 +238,8 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
         sweep: The method's ``sweep(configs, device=, checked=, progress=)``.
         summary: One line per record.
         report: Keyword arguments of :func:`write_sweep_report`.
+        point_key: A point's identity for ``--resume`` (default: mode, epsilon, seed).
+        record_key: The same identity read off a saved record.
     """
     from dpkd_audit.provenance import provenance
 
@@ -237,8 +252,8 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
     out = _out_dir(args.out)
     command = _command(args.argv)
     if args.resume:
-        done = _done_keys(results_path)
-        configs = [c for c in configs if (c.mode.value, c.epsilon, c.seed) not in done]
+        done = _done_keys(results_path, record_key)
+        configs = [c for c in configs if point_key(c) not in done]
     elif results_path.exists():
         results_path.unlink()
     _write_json(out / "sweep.json", {"command": command, "argv": args.argv,
@@ -259,10 +274,11 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
 
 def add_sweep_grid_arguments(p: argparse.ArgumentParser, *, modes: Sequence[str],
                              default_mode: str, epsilons_example: str,
-                             modes_name: str = "modes") -> None:
+                             modes_name: str = "modes", epsilons_required: bool = True,
+                             epsilons_help: str = "comma-separated target epsilons") -> None:
     """The grid flags of every ``dpkd sweep METHOD``: epsilons, modes, seeds, resume/force."""
-    p.add_argument("--epsilons", type=_float_list, required=True,
-                   help=f"comma-separated target epsilons, e.g. {epsilons_example}")
+    p.add_argument("--epsilons", type=_float_list, required=epsilons_required,
+                   help=f"{epsilons_help}, e.g. {epsilons_example}")
     p.add_argument("--modes", type=choice_list(modes), default=[default_mode],
                    help=f"comma-separated {modes_name} (default {default_mode})")
     p.add_argument("--seeds", type=_int_list, default=[0], help="comma-separated seeds")
@@ -383,9 +399,11 @@ def add_pipeline_parsers(sub: argparse._SubParsersAction) -> None:
     _add_rknn_arguments(p)
     p.set_defaults(func=_cmd_sweep_rknn, seed=0)
 
+    from dpkd_audit.cli.dgd import add_dgd_parsers
     from dpkd_audit.cli.dpdfd import add_dpdfd_parsers
 
     add_dpdfd_parsers(run_methods, methods)
+    add_dgd_parsers(run_methods, methods)
 
     p = sub.add_parser(
         "results", help="Markdown results table of saved records (the README's results section)",

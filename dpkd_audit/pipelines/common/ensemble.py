@@ -42,7 +42,9 @@ __all__ = [
     "EnsembleConfig",
     "EnsembleResult",
     "TeacherEnsemble",
+    "draw_minibatches",
     "shard_of_records",
+    "teacher_slice",
     "train_ensemble",
 ]
 
@@ -117,6 +119,7 @@ class TeacherEnsemble(nn.Module):
         n, (c1, c2) = num_teachers, widths
         h, w = image_shape
         self.num_teachers, self.widths, self.num_classes = n, (c1, c2), num_classes
+        self.image_shape = (h, w)
         self.features = (h // 4) * (w // 4) * c2
         if self.features == 0:
             raise ValueError(f"image_shape must be at least 4x4; got {image_shape}")
@@ -175,6 +178,39 @@ class EnsembleResult:
 
 def _as_input(images: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.array(images, dtype=np.uint8)).float().div_(255.0)
+
+
+def draw_minibatches(generator: torch.Generator, order: torch.Tensor, offsets: torch.Tensor,
+                     sizes: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """Record indices ``(n, batch_size)``: teacher t's draws, uniform on its shard.
+
+    With replacement; ``order[offsets[t]:offsets[t] + sizes[t]]`` are teacher t's records. One
+    ``torch.rand(n, batch_size)`` call on the CPU ``generator`` per step, so a per-teacher
+    reference loop that calls this function sees the same draws.
+    """
+    n = sizes.shape[0]
+    u = torch.rand(n, batch_size, generator=generator)
+    local = torch.minimum((u * sizes[:, None]).long(), sizes[:, None] - 1)
+    return order[offsets[:, None] + local]
+
+
+def teacher_slice(ensemble: TeacherEnsemble, teacher: int) -> TeacherEnsemble:
+    """A one-teacher ensemble holding a copy of teacher ``teacher``'s weights (CPU)."""
+    n, (c1, c2) = ensemble.num_teachers, ensemble.widths
+    _validate.check_int("teacher", teacher, minimum=0)
+    if teacher >= n:
+        raise ValueError(f"teacher must be < num_teachers={n}; got {teacher}")
+    one = TeacherEnsemble(num_teachers=1, widths=(c1, c2), image_shape=ensemble.image_shape,
+                          num_classes=ensemble.num_classes,
+                          generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        one.conv1.copy_(ensemble.conv1[teacher * c1:(teacher + 1) * c1])
+        one.bias1.copy_(ensemble.bias1[teacher * c1:(teacher + 1) * c1])
+        one.conv2.copy_(ensemble.conv2[teacher * c2:(teacher + 1) * c2])
+        one.bias2.copy_(ensemble.bias2[teacher * c2:(teacher + 1) * c2])
+        one.head.copy_(ensemble.head[teacher:teacher + 1])
+        one.head_bias.copy_(ensemble.head_bias[teacher:teacher + 1])
+    return one
 
 
 def train_ensemble(images: np.ndarray, labels: np.ndarray, shards: np.ndarray, *,
@@ -236,10 +272,7 @@ def train_ensemble(images: np.ndarray, labels: np.ndarray, shards: np.ndarray, *
     ensemble.train()
     b = config.batch_size
     for step in range(config.steps):
-        # b draws per teacher, uniformly from its own shard (with replacement)
-        u = torch.rand(n, b, generator=generator)
-        local = torch.minimum((u * sizes_t[:, None]).long(), sizes_t[:, None] - 1)
-        index = order[offsets[:, None] + local].to(device)          # (n, b)
+        index = draw_minibatches(generator, order, offsets, sizes_t, b).to(device)  # (n, b)
         x = x_all[index].permute(1, 0, 2, 3)                         # (b, n, h, w)
         logits = ensemble(x)                                         # (b, n, k)
         # the sum over teachers of each teacher's mean loss: independent gradients

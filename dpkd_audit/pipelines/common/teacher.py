@@ -17,6 +17,12 @@ Architectures (:class:`TeacherArchitecture`):
   sigmoid activations for deep learning with differential privacy") and Tramer-Boneh ICLR 2021
   (Table 9, MNIST): conv 16x8x8/2, max-pool 2/1, conv 32x4x4/2, max-pool 2/1, linear 32, linear;
   no normalisation layer, made for DP-SGD. Needs images of at least 28x28.
+- ``dgd-cnn``: DGD's baseline and teacher network (DGD paper, Sec. IV, "On MNIST and FMNIST,
+  the networks of baseline and teachers have the same structure"): two 3x3 convolutions
+  (stride 1, padding 1) of ``width`` and ``2 width`` channels (64 and 128 in the paper), each
+  with ReLU and 2x2 max pooling, then the linear softmax layer; no normalisation layer, so it
+  also trains under DP-SGD as is. One teacher of
+  :class:`~dpkd_audit.pipelines.common.ensemble.TeacherEnsemble` computes the same function.
 
 All randomness comes from a seeded CPU ``torch.Generator``; the training loop is
 :func:`~dpkd_audit.pipelines.common.student.fit_classifier` (last-epoch test accuracy).
@@ -56,6 +62,7 @@ class TeacherArchitecture(enum.StrEnum):
     RESNET18 = "resnet18"
     RESNET34 = "resnet34"
     TANH_CNN = "tanh-cnn"
+    DGD_CNN = "dgd-cnn"
 
     @property
     def min_side(self) -> int:
@@ -151,6 +158,24 @@ class _TanhCnn(nn.Module):
         return self.classifier(self.features(x))
 
 
+class _DgdCnn(nn.Module):
+    """DGD's two-convolution network (see the module docstring)."""
+
+    def __init__(self, num_classes: int, image_shape: tuple[int, int], width: int) -> None:
+        super().__init__()
+        h, w = image_shape
+        self.image_shape = image_shape
+        self.num_classes = num_classes
+        self.features = nn.Sequential(
+            nn.Conv2d(1, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten())
+        self.classifier = nn.Linear(2 * width * (h // 4) * (w // 4), num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
 def build_teacher(config: TeacherConfig, image_shape: tuple[int, int], num_classes: int, *,
                   generator: torch.Generator) -> nn.Module:
     """A freshly initialised teacher on the CPU (training mode).
@@ -175,6 +200,8 @@ def build_teacher(config: TeacherConfig, image_shape: tuple[int, int], num_class
     with torch.device("meta"):  # no default initialisation, so no global RNG draws
         if arch is TeacherArchitecture.TANH_CNN:
             model: nn.Module = _TanhCnn(num_classes, tuple(image_shape))
+        elif arch is TeacherArchitecture.DGD_CNN:
+            model = _DgdCnn(num_classes, tuple(image_shape), config.width)
         else:
             blocks = (2, 2, 2, 2) if arch is TeacherArchitecture.RESNET18 else (3, 4, 6, 3)
             model = _ResNet(blocks, config.width, num_classes, tuple(image_shape))

@@ -55,7 +55,6 @@ from dpkd_audit import _validate
 from dpkd_audit.accountants import PureAccountant
 from dpkd_audit.accountants.base import NeighboringRelation
 from dpkd_audit.accountants.rdp import RDPAccountant
-from dpkd_audit.data import Dataset, load_dataset
 from dpkd_audit.errors import BudgetExceededError
 from dpkd_audit.events import event_to_json
 from dpkd_audit.ledger import Ledger
@@ -71,6 +70,7 @@ from dpkd_audit.pipelines.common.dp_statistics import (
 )
 from dpkd_audit.pipelines.common.dp_teacher import DpSgdPlan, plan_dp_sgd, train_dp_teacher
 from dpkd_audit.pipelines.common.generator import GeneratorResult, GeneratorTrainer
+from dpkd_audit.pipelines.common.loading import LoadedData, load_generative_data
 from dpkd_audit.pipelines.common.progress import StageTimer, progress_counter
 from dpkd_audit.pipelines.common.teacher import train_teacher
 from dpkd_audit.pipelines.dpdfd.config import DpdfdConfig, DpdfdMode
@@ -109,14 +109,6 @@ NOT_PRIVATE_REASON = (
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class LoadedData:
-    """A dataset loaded once (``seconds``: the ``data`` stage)."""
-
-    dataset: Dataset = dataclasses.field(repr=False)
-    seconds: float
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
 class Prepared:
     """Teacher and generator of a run (shared by a sweep's published runs of one seed).
 
@@ -150,13 +142,8 @@ def load_data(config: DpdfdConfig, *, data_dir: str | os.PathLike | None = None,
         ValueError: If the images are not a multiple of 4 on each side (the generator's
             upsampling).
     """
-    timer = StageTimer(verbose=progress)
-    with timer.stage("data"):
-        dataset = load_dataset(config.dataset, data_dir=data_dir)
-    if any(side % 4 for side in dataset.image_shape):
-        raise ValueError(f"dataset {config.dataset.value!r} has {dataset.image_shape} images; "
-                         "DP-DFD's generator needs sides that are multiples of 4")
-    return LoadedData(dataset=dataset, seconds=timer.seconds["data"])
+    return load_generative_data(config.dataset, method="DP-DFD", data_dir=data_dir,
+                                progress=progress)
 
 
 def preparation_key(config: DpdfdConfig) -> tuple[Any, ...]:

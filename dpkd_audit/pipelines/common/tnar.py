@@ -1,0 +1,164 @@
+"""Tangent-normal adversarial regularization (TNAR) through a VAE decoder (DGD's student).
+
+Yu et al., "Tangent-Normal Adversarial Regularization for Semi-supervised Learning" (CVPR 2019),
+as used by DGD (Sec. III-D, Eq. 4 and 6): the unlabelled synthetic images are embedded by the
+VAE and reconstructed, x = g(z) with g the decoder; the data manifold near x is approximated by
+the decoder's image, whose **tangent space** at x is the column space of the decoder's Jacobian
+J = dg/dz (Yu et al. Sec. 3.2). Two virtual-adversarial perturbations of x are then built:
+
+- **tangent**: the direction r in col(J) that most changes the student's prediction, by one
+  power step of virtual adversarial training (Miyato et al., TPAMI 2018, Eq. 12-13) restricted
+  to col(J): r0 random in col(J), g = grad_r KL(p(x) || p(x + xi r0)), r = P_T g / ||P_T g||
+  (Yu et al. Eq. 7-9);
+- **normal**: the same power step restricted to the orthogonal complement of col(J) (the
+  tangent component removed, Yu et al. Eq. 10-12): r = (I - P_T) g / ||(I - P_T) g||.
+
+P_T = Q Q^T with Q an orthonormal basis of col(J) (:func:`tangent_basis`, a QR factorisation of
+the Jacobian computed exactly by forward-mode differentiation: ``c`` JVPs for a ``c``-dim code).
+Each regulariser is the KL divergence between the student's prediction at x (held fixed) and at
+x + epsilon r (:func:`tangent_regularization`, :func:`normal_regularization`); with
+:func:`entropy_regularization` (the conditional entropy of the predictions, minimised: "ensures
+the student output more determinate predictions"; DGD's Eq. 6 prints sum p log p, the negative
+entropy, whose minimisation would do the opposite) they make DGD's unsupervised energy E_u.
+
+BatchNorm layers of the student keep their running statistics during the perturbed passes
+(:func:`frozen_batch_statistics`), as in reference VAT implementations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import torch
+import torch.nn.functional as F  # noqa: N812  (conventional alias)
+from torch import nn
+
+from dpkd_audit.pipelines.common.distill import prediction_entropy
+
+__all__ = [
+    "adversarial_direction",
+    "decoder_jacobian",
+    "entropy_regularization",
+    "frozen_batch_statistics",
+    "normal_regularization",
+    "perturbation_divergence",
+    "tangent_basis",
+    "tangent_regularization",
+]
+
+
+def decoder_jacobian(decode: Callable[[torch.Tensor], torch.Tensor],
+                     z: torch.Tensor) -> torch.Tensor:
+    """Jacobians ``(b, D, c)`` of ``decode`` at each code of ``z`` ``(b, c)`` (D = pixels).
+
+    Exact, by forward-mode differentiation (``torch.func.jvp`` along the ``c`` unit vectors,
+    vectorised with ``vmap``); ``decode`` must treat the codes of a batch independently (no
+    batch statistics).
+    """
+    b, c = z.shape
+    eye = torch.eye(c, dtype=z.dtype, device=z.device)
+
+    def along(direction: torch.Tensor) -> torch.Tensor:
+        tangent = direction.expand(b, c)
+        _, out = torch.func.jvp(decode, (z,), (tangent,))
+        return out.reshape(b, -1)
+
+    return torch.func.vmap(along)(eye).permute(1, 2, 0)   # (c, b, D) -> (b, D, c)
+
+
+def tangent_basis(decode: Callable[[torch.Tensor], torch.Tensor],
+                  z: torch.Tensor) -> torch.Tensor:
+    """An orthonormal basis ``(b, D, c)`` of each decoder Jacobian's column space.
+
+    The reduced QR factorisation of :func:`decoder_jacobian`; its columns span col(J) (they
+    span more only where J loses rank, which a projection then keeps in the tangent part).
+    """
+    with torch.no_grad():
+        jacobian = decoder_jacobian(decode, z)
+    q, _ = torch.linalg.qr(jacobian, mode="reduced")
+    return q
+
+
+def _project(basis: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """P_T r = Q Q^T r for each image; ``r`` ``(b, 1, h, w)``."""
+    flat = r.reshape(r.shape[0], -1, 1)
+    return (basis @ (basis.transpose(1, 2) @ flat)).reshape(r.shape)
+
+
+def _unit(r: torch.Tensor) -> torch.Tensor:
+    norms = r.reshape(r.shape[0], -1).norm(dim=1).clamp_min(1e-12)
+    return r / norms.view(-1, *([1] * (r.ndim - 1)))
+
+
+@contextlib.contextmanager
+def frozen_batch_statistics(model: nn.Module) -> Iterator[None]:
+    """BatchNorm running statistics left unchanged inside (momentum 0), restored after."""
+    saved = [(m, m.momentum) for m in model.modules()
+             if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    for module, _ in saved:
+        module.momentum = 0.0
+    try:
+        yield
+    finally:
+        for module, momentum in saved:
+            module.momentum = momentum
+
+
+def perturbation_divergence(model: nn.Module, x: torch.Tensor, clean_logits: torch.Tensor,
+                            r: torch.Tensor) -> torch.Tensor:
+    """Mean over the batch of KL(softmax(clean_logits) || softmax(model(x + r))).
+
+    ``clean_logits`` are held fixed (no gradient), as in VAT.
+    """
+    target = F.softmax(clean_logits.detach(), dim=1)
+    log_perturbed = F.log_softmax(model(x + r), dim=1)
+    return F.kl_div(log_perturbed, target, reduction="batchmean")
+
+
+def adversarial_direction(model: nn.Module, x: torch.Tensor, clean_logits: torch.Tensor,
+                          basis: torch.Tensor, *, tangent: bool, xi: float,
+                          generator: torch.Generator, power_iterations: int = 1
+                          ) -> torch.Tensor:
+    """Unit virtual-adversarial direction in col(J) (``tangent``) or its complement.
+
+    Power iteration of VAT (Miyato et al. 2018, Eq. 12-13) with every iterate projected onto the
+    subspace (Yu et al. 2019, Eq. 7-12). Returns ``(b, 1, h, w)`` unit vectors (no gradient).
+    """
+    def restrict(r: torch.Tensor) -> torch.Tensor:
+        tangent_part = _project(basis, r)
+        return tangent_part if tangent else r - tangent_part
+
+    start = torch.randn(x.shape, generator=generator).to(device=x.device, dtype=x.dtype)
+    d = _unit(restrict(start))
+    for _ in range(power_iterations):
+        d = d.detach().requires_grad_(True)
+        divergence = perturbation_divergence(model, x, clean_logits, xi * d)
+        (gradient,) = torch.autograd.grad(divergence, d)
+        d = _unit(restrict(gradient.detach()))
+    return d.detach()
+
+
+def tangent_regularization(model: nn.Module, x: torch.Tensor, clean_logits: torch.Tensor,
+                           basis: torch.Tensor, *, epsilon: float, xi: float,
+                           generator: torch.Generator) -> torch.Tensor:
+    """KL between the predictions at x and at x + epsilon r_tangent (Yu et al. Eq. 9)."""
+    with frozen_batch_statistics(model):
+        direction = adversarial_direction(model, x, clean_logits, basis, tangent=True, xi=xi,
+                                          generator=generator)
+        return perturbation_divergence(model, x, clean_logits, epsilon * direction)
+
+
+def normal_regularization(model: nn.Module, x: torch.Tensor, clean_logits: torch.Tensor,
+                          basis: torch.Tensor, *, epsilon: float, xi: float,
+                          generator: torch.Generator) -> torch.Tensor:
+    """KL between the predictions at x and at x + epsilon r_normal (Yu et al. Eq. 12)."""
+    with frozen_batch_statistics(model):
+        direction = adversarial_direction(model, x, clean_logits, basis, tangent=False, xi=xi,
+                                          generator=generator)
+        return perturbation_divergence(model, x, clean_logits, epsilon * direction)
+
+
+def entropy_regularization(logits: torch.Tensor) -> torch.Tensor:
+    """Mean conditional entropy of the predictions (minimised; Grandvalet and Bengio 2005)."""
+    return prediction_entropy(logits)

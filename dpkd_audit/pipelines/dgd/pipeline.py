@@ -1,0 +1,678 @@
+"""DGD end to end: teacher ensemble, baseline, generator, VAE, LNMax queries, TNAR student.
+
+DGD paper (NOTES, "DGD"), Sec. III and IV:
+
+1. **Teacher ensemble**: ``num_teachers`` teachers, teacher t on the records whose keyed hash
+   falls in shard t (:func:`~dpkd_audit.pipelines.common.ensemble.shard_of_records`: adding or
+   removing one record changes one shard and nothing else), trained batched.
+2. **Baseline** on the whole private split, then a **data-free generator** fitted to it (DAFL's
+   loss: cross-entropy to the argmax + 5 x batch-mean information entropy + 0.1 x activation),
+   a synthetic set, a **VAE** (latent 32) on it. In ``published`` mode the baseline is trained
+   without noise (the paper); in ``sound`` mode with DP-SGD, its event charged first.
+3. **Queries**: ``queries`` synthetic images (the first ones, as in the paper, or the
+   baseline's most confident per class: :mod:`~dpkd_audit.pipelines.dgd.queries`) go to the
+   ensemble; each label is
+   released by :class:`~dpkd_audit.mechanisms.LaplaceNoisyMax` (Laplace scale 40 per count,
+   eps0 = 2 / 40 = 0.05) and its event charged to the ledger before the label exists.
+4. **Student**: cross-entropy on the labelled queries + tangent and normal adversarial
+   regularization and entropy on VAE reconstructions of the other synthetic images
+   (:mod:`~dpkd_audit.pipelines.dgd.student`).
+
+Accounting in the record:
+
+- ``epsilon_published``: the paper's figure for the queries, Q eps0^2 + eps0 sqrt(-2 Q ln delta)
+  (:func:`~dpkd_audit.accountants.advanced.dgd_published_epsilon`; 5.80 at 400 queries);
+  ``epsilon_queries_rdp`` / ``epsilon_queries_pld``: the same queries by RDP and PLD,
+  data-independent (a sound figure for the queries alone); ``epsilon_data_dependent``: PATE's
+  data-dependent analysis of the actual vote histograms
+  (:class:`~dpkd_audit.accountants.PATEAccountant`), with ``data_dependent_release`` saying
+  what publishing it costs: LNMax has no smooth-sensitivity release in PATE (2017, 2018), so
+  that figure is itself a function of the private votes and is not DP to publish.
+- ``published`` mode: ``epsilon`` = ``epsilon_published``; ``epsilon_record_level`` infinite
+  with the reason (:data:`NOT_PRIVATE_REASON`): the baseline saw the private records without
+  noise and the generator, the synthetic set, the VAE and the student all derive from it; the
+  ledger records a ``NonPrivateDpEvent``. A ledger with a finite budget refuses the run before
+  any work.
+- ``sound`` mode: ``epsilon`` is the record-level target of the whole run at ``delta``; the
+  baseline's DP-SGD noise is calibrated so that it and the queries compose to the target (RDP,
+  add/remove-one neighbours); the generator sees only that DP baseline, so the synthetic set,
+  the VAE and the student's unlabelled terms are post-processing. ``epsilon_record_level`` is
+  the ledger's figure (RDP), PLD beside it, and both parts are in the record.
+
+Seconds: ``data``, ``shards``, ``ensemble``, ``baseline``, ``generator``, ``synthetic``,
+``vae``, ``queries``, ``student``, ``total``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+from typing import Any
+
+import numpy as np
+import torch
+from dp_accounting import dp_event as _dp
+from torch import nn
+
+from dpkd_audit import _validate
+from dpkd_audit.accountants import PATEAccountant, PureAccountant
+from dpkd_audit.accountants.advanced import dgd_published_epsilon
+from dpkd_audit.accountants.base import NeighboringRelation
+from dpkd_audit.accountants.rdp import RDPAccountant
+from dpkd_audit.errors import BudgetExceededError
+from dpkd_audit.events import event_to_json
+from dpkd_audit.ledger import Ledger
+from dpkd_audit.mechanisms import LaplaceNoisyMax
+from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
+from dpkd_audit.pipelines.common.dp_teacher import (
+    DpSgdAccountant,
+    DpSgdPlan,
+    plan_dp_sgd,
+    train_dp_teacher,
+)
+from dpkd_audit.pipelines.common.ensemble import (
+    EnsembleResult,
+    shard_of_records,
+    train_ensemble,
+)
+from dpkd_audit.pipelines.common.generator import GeneratorResult, GeneratorTrainer
+from dpkd_audit.pipelines.common.loading import LoadedData, load_generative_data
+from dpkd_audit.pipelines.common.progress import StageTimer
+from dpkd_audit.pipelines.common.teacher import train_teacher
+from dpkd_audit.pipelines.common.vae import VaeResult, train_vae
+from dpkd_audit.pipelines.dgd.config import DgdConfig, DgdMode
+from dpkd_audit.pipelines.dgd.queries import select_queries
+from dpkd_audit.pipelines.dgd.student import train_tnar_student
+from dpkd_audit.provenance import provenance
+
+__all__ = [
+    "DATA_DEPENDENT_RELEASE",
+    "METHOD",
+    "NOT_PRIVATE_REASON",
+    "PREPARED_STAGES",
+    "WITHHELD",
+    "DgdResult",
+    "EnsembleStage",
+    "Prepared",
+    "RunPlan",
+    "check_run",
+    "check_shards",
+    "ensemble_key",
+    "label_rng",
+    "ledger_for",
+    "load_data",
+    "preparation_key",
+    "prepare",
+    "prepare_ensemble",
+    "queries_epsilon",
+    "query_mechanism",
+    "run",
+    "shards_for",
+]
+
+METHOD = "dgd"
+
+#: Stages a sweep's published runs share (none depends on the number of queries).
+PREPARED_STAGES: tuple[str, ...] = ("data", "shards", "ensemble", "baseline", "generator",
+                                    "synthetic", "vae")
+
+#: Why a published run has no record-level guarantee (stored in the ledger and the record).
+NOT_PRIVATE_REASON = (
+    "published DGD: the baseline classifier is trained on the private records without noise and "
+    "the generator is fitted to it, so the synthetic images, the VAE and the student's "
+    "unlabelled training all derive from a non-private model; only the label queries are "
+    "differentially private (their epsilon is in epsilon_queries_rdp), and the paper's "
+    "'generative budget' eps1 protects one synthetic image, not a record")
+
+#: What publishing the data-dependent epsilon costs.
+DATA_DEPENDENT_RELEASE = (
+    "not private to publish: PATE's data-dependent epsilon is a function of the private vote "
+    "histograms, and LNMax has no smooth-sensitivity release (PATE 2018 gives one for GNMax "
+    "only); shown for comparison with the paper, the record-level figures do not use it")
+
+
+#: Why a sound record leaves out the ensemble's accuracies and the data-dependent epsilon.
+WITHHELD = (
+    "sound mode: epsilon_data_dependent, teacher_accuracy_mean and ensemble_plurality_accuracy "
+    "are left out of the record: they are functions of the teachers (or their votes) without "
+    "noise, which epsilon_record_level does not cover")
+
+
+def load_data(config: DgdConfig, *, data_dir: str | os.PathLike | None = None,
+              progress: bool = False) -> LoadedData:
+    """Load the config's dataset, timed as the ``data`` stage (sides multiples of 4).
+
+    Raises:
+        DatasetNotFoundError: If the files are missing.
+        ValueError: If the image sides are not multiples of 4.
+    """
+    return load_generative_data(config.dataset, method="DGD", data_dir=data_dir,
+                                progress=progress)
+
+
+def query_mechanism(config: DgdConfig, num_classes: int) -> LaplaceNoisyMax:
+    """LNMax with Laplace scale ``config.noise_scale`` per count (eps0 = 2 / scale)."""
+    return LaplaceNoisyMax.from_noise_scale(config.noise_scale, num_classes)
+
+
+def _queries_event(config: DgdConfig, num_classes: int, queries: int) -> _dp.DpEvent:
+    return _dp.SelfComposedDpEvent(query_mechanism(config, num_classes).event, queries)
+
+
+def queries_epsilon(config: DgdConfig, num_classes: int, queries: int,
+                    accountant: DpSgdAccountant = DpSgdAccountant.RDP) -> float:
+    """Data-independent epsilon at ``config.delta`` of ``queries`` LNMax queries (add/remove).
+
+    Under add/remove-one neighbours with hash shards one record changes one teacher's vote, so
+    the vote histogram's L1 sensitivity is 2, as under replace-one (PATE 2017, Sec. 3.1).
+    """
+    instance = accountant.make()
+    instance.compose(_queries_event(config, num_classes, queries))
+    return float(instance.get_epsilon(config.delta))
+
+
+def _most_queries(config: DgdConfig, num_classes: int, budget: float) -> int:
+    """The largest Q whose RDP epsilon is <= ``budget`` (0 if none)."""
+    low, high = 0, 1
+    while queries_epsilon(config, num_classes, high) <= budget:
+        low, high = high, high * 2
+        if high > 10**7:
+            return low
+    while high - low > 1:
+        middle = (low + high) // 2
+        if queries_epsilon(config, num_classes, middle) <= budget:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunPlan:
+    """What :func:`check_run` resolved before any work.
+
+    Attributes:
+        queries: The number of queries.
+        dp_sgd: The sound mode's calibrated DP-SGD plan (``also`` = the queries), else
+            ``None``.
+    """
+
+    queries: int
+    dp_sgd: DpSgdPlan | None
+
+
+def check_run(config: DgdConfig, ledger: Ledger, *, num_private: int,
+              num_classes: int) -> RunPlan:
+    """Check, before any work, the data size and that ``ledger`` can pay; resolve the plan.
+
+    Raises:
+        ValueError: Too few records for the teachers, a sound budget the queries alone
+            exhaust, a wrong neighbouring relation, or a plan no noise level meets.
+        BudgetExceededError: A finite ledger for a published run (saying why), or a budget the
+            run does not fit.
+    """
+    if not isinstance(ledger, Ledger):
+        raise ValueError(f"ledger must be a dpkd_audit Ledger; got {type(ledger).__name__}")
+    teachers = config.ensemble.num_teachers
+    _validate.check_int("num_private", num_private, minimum=1)
+    if num_private < teachers * config.min_shard:
+        raise ValueError(
+            f"ensemble.num_teachers={teachers} teachers do not divide the {num_private} private "
+            f"records: each needs at least min_shard={config.min_shard} on average (at most "
+            f"{num_private // config.min_shard} teachers); nothing was run or charged")
+    mechanism = query_mechanism(config, num_classes)
+    if config.mode is DgdMode.PUBLISHED:
+        queries = int(config.queries)
+        if math.isfinite(ledger.epsilon):
+            raise BudgetExceededError(
+                f"mode='published' refused by a ledger with a finite budget (epsilon="
+                f"{ledger.epsilon:g}): {NOT_PRIVATE_REASON}. Its record-level epsilon is "
+                "infinite; record it in an unbounded ledger (Ledger(epsilon=math.inf, "
+                "unbounded=True), what dpkd run does without --ledger) or use mode='sound' for "
+                "a finite one. Nothing was run or charged")
+        ledger.check([_dp.NonPrivateDpEvent(),
+                      _dp.SelfComposedDpEvent(mechanism.event, queries)],
+                     label="published DGD")
+        return RunPlan(queries=queries, dp_sgd=None)
+    target = float(config.epsilon)
+    if config.queries is None:
+        queries = _most_queries(config, num_classes, config.query_share * target)
+        if queries < 1:
+            raise ValueError(
+                f"one LNMax query at noise_scale={config.noise_scale:g} costs "
+                f"{queries_epsilon(config, num_classes, 1):.4g} > query_share * epsilon = "
+                f"{config.query_share * target:.4g}: raise epsilon, query_share or noise_scale")
+    else:
+        queries = int(config.queries)
+        cost = queries_epsilon(config, num_classes, queries)
+        if cost >= target:
+            raise ValueError(
+                f"queries={queries} LNMax queries at noise_scale={config.noise_scale:g} alone "
+                f"cost epsilon {cost:.4g} >= the record-level target epsilon={target:g} at "
+                f"delta={config.delta:g} (RDP), leaving nothing for the DP baseline: lower "
+                "queries (--queries), raise noise_scale (--noise-scale) or epsilon")
+    if ledger.identity.neighboring_relation != NeighboringRelation.ADD_OR_REMOVE_ONE.name:
+        raise ValueError("ledger must account under add/remove-one neighbours for DP-SGD "
+                         "(Opacus's convention); use dgd.ledger_for(config)")
+    plan = plan_dp_sgd(config.dp_sgd, dataset_size=num_private, target_epsilon=target,
+                       also=(_queries_event(config, num_classes, queries),))
+    ledger.check([plan.event, *plan.also], label="DP-SGD baseline and LNMax queries")
+    return RunPlan(queries=queries, dp_sgd=plan)
+
+
+def ledger_for(config: DgdConfig, *, path: str | os.PathLike | None = None) -> Ledger:
+    """A ledger that fits the mode.
+
+    ``published``: unbounded (``epsilon=inf``) with basic composition, recording the
+    ``NonPrivateDpEvent`` and every query. ``sound``: budget ``(epsilon, delta)`` with the RDP
+    accountant under add/remove-one neighbours.
+    """
+    if config.mode is DgdMode.PUBLISHED:
+        return Ledger(epsilon=math.inf, unbounded=True, accountant=PureAccountant(), path=path)
+    return Ledger(epsilon=float(config.epsilon), delta=config.delta,
+                  accountant=RDPAccountant(
+                      neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE),
+                  path=path)
+
+
+def label_rng(config: DgdConfig) -> np.random.Generator:
+    """The query-noise Generator of a config: a function of (seed, mode, epsilon, queries)."""
+    epsilon_bits = int(np.float64(config.epsilon or 0.0).view(np.uint64))
+    return np.random.default_rng([config.seed, list(DgdMode).index(config.mode), epsilon_bits,
+                                  config.queries or 0, 0xD6D])
+
+
+def shards_for(config: DgdConfig, images: np.ndarray) -> np.ndarray:
+    """Each private record's teacher: a keyed hash of the record (add/remove-safe).
+
+    The key is derived from the seed. It need not be secret: the sensitivity argument only
+    needs each record's shard to be a function of that record alone.
+    """
+    key = hashlib.blake2b(f"dpkd-audit dgd shards seed={config.seed}".encode(),
+                          digest_size=32).digest()
+    return shard_of_records(images, config.ensemble.num_teachers, key=key)
+
+
+def ensemble_key(config: DgdConfig) -> tuple[Any, ...]:
+    """What the teacher ensemble depends on."""
+    return (config.dataset, config.seed, json.dumps(config.to_dict()["ensemble"],
+                                                     sort_keys=True))
+
+
+def preparation_key(config: DgdConfig) -> tuple[Any, ...]:
+    """What the published stages depend on (a sound baseline depends on its plan too)."""
+    parts = config.to_dict()
+    stages = tuple(json.dumps(parts[name], sort_keys=True)
+                   for name in ("baseline", "generator", "vae", "synthetic"))
+    key: tuple[Any, ...] = (*ensemble_key(config), config.mode, *stages)
+    if config.mode is DgdMode.SOUND:
+        key += (config.epsilon, config.queries, config.query_share, config.noise_scale,
+                json.dumps(parts["dp_baseline"], sort_keys=True),
+                json.dumps(parts["dp_sgd"], sort_keys=True))
+    return key
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EnsembleStage:
+    """A trained ensemble and its shards (shared by every run of a seed)."""
+
+    key: tuple[Any, ...]
+    result: EnsembleResult
+    plurality_accuracy: float
+    seconds: dict[str, float]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Prepared:
+    """Everything before the queries (shared by a sweep's published runs of one seed).
+
+    Attributes:
+        key: :func:`preparation_key` of the configs it serves.
+        ensemble: The teacher ensemble stage.
+        baseline: The baseline classifier (eval mode).
+        baseline_accuracy: Its last-epoch test accuracy.
+        generator: Health figures of the fitted generator.
+        synthetic: The synthetic set ``(S, 1, h, w)`` on the run's device.
+        vae: The trained VAE.
+        codes: VAE means of the synthetic set ``(S, c)``.
+        probabilities: The baseline's softmax on the synthetic set ``(S, classes)``.
+        dp_sgd: The charged DP-SGD plan (sound mode), else ``None``.
+        seconds: Per stage.
+    """
+
+    key: tuple[Any, ...]
+    ensemble: EnsembleStage
+    baseline: nn.Module = dataclasses.field(repr=False)
+    baseline_accuracy: float
+    generator: GeneratorResult
+    synthetic: torch.Tensor = dataclasses.field(repr=False)
+    vae: VaeResult
+    codes: torch.Tensor = dataclasses.field(repr=False)
+    probabilities: torch.Tensor = dataclasses.field(repr=False)
+    dp_sgd: DpSgdPlan | None
+    seconds: dict[str, float]
+
+
+def _float_images(images: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.array(images, dtype=np.uint8)).float().div_(255.0).unsqueeze(1)
+
+
+def prepare_ensemble(config: DgdConfig, *, data: LoadedData,
+                     device: torch.device | str | None = None,
+                     progress: bool = False) -> EnsembleStage:
+    """Shard the private split and train the ensemble (no charge: only LNMax releases it).
+
+    Raises:
+        ValueError: If a shard is empty (too few records for the teachers).
+    """
+    device = resolve_device(device)
+    dataset = data.dataset
+    timer = StageTimer(verbose=progress)
+    with timer.stage("shards"):
+        shards = shards_for(config, dataset.train_images)
+    with timer.stage("ensemble"):
+        result = train_ensemble(dataset.train_images, dataset.train_labels, shards,
+                                num_classes=dataset.num_classes, config=config.ensemble,
+                                test_images=dataset.test_images,
+                                test_labels=dataset.test_labels, seed=config.seed,
+                                device=device, progress=progress)
+        votes = result.ensemble.votes(_float_images(dataset.test_images).to(device))
+        plurality = float(np.mean(votes.argmax(axis=1) == dataset.test_labels))
+    return EnsembleStage(key=ensemble_key(config), result=result, plurality_accuracy=plurality,
+                         seconds=dict(timer.seconds))
+
+
+def check_shards(config: DgdConfig, images: np.ndarray) -> None:
+    """Refuse (before any work) a split whose hash shards leave a teacher without records."""
+    sizes = np.bincount(shards_for(config, images), minlength=config.ensemble.num_teachers)
+    if sizes.min() == 0:
+        raise ValueError(
+            f"ensemble.num_teachers={config.ensemble.num_teachers} teachers do not divide the "
+            f"{images.shape[0]} private records: {int(np.sum(sizes == 0))} hash shards are "
+            "empty; use fewer teachers. Nothing was run or charged")
+
+
+def prepare(config: DgdConfig, *, data: LoadedData, device: torch.device | str | None = None,
+            ledger: Ledger | None = None, plan: RunPlan | None = None,
+            ensemble: EnsembleStage | None = None, progress: bool = False) -> Prepared:
+    """Ensemble, baseline, generator, synthetic set and VAE (sound mode: charging first).
+
+    Raises:
+        ValueError: In sound mode without ``ledger`` and ``plan`` (from :func:`check_run`), or
+            an ``ensemble`` made for another config.
+    """
+    device = resolve_device(device)
+    dataset = data.dataset
+    timer = StageTimer(verbose=progress)
+    if config.mode is DgdMode.SOUND and (ledger is None or plan is None or plan.dp_sgd is None):
+        raise ValueError("sound mode: prepare needs the run's ledger and the plan from "
+                         "check_run (the DP-SGD baseline is charged before it exists)")
+    if ensemble is None:
+        ensemble = prepare_ensemble(config, data=data, device=device, progress=progress)
+    elif ensemble.key != ensemble_key(config):
+        raise ValueError("ensemble was trained for another dataset, seed or ensemble config")
+    if config.mode is DgdMode.SOUND:
+        with timer.stage("baseline"):
+            dp = train_dp_teacher(
+                dataset.train_images, dataset.train_labels, num_classes=dataset.num_classes,
+                test_images=dataset.test_images, test_labels=dataset.test_labels,
+                teacher=config.dp_baseline, config=config.dp_sgd, plan=plan.dp_sgd,
+                ledger=ledger, seed=config.seed, device=device, progress=progress)
+        baseline, accuracy = dp.model, dp.test_accuracy
+    else:
+        with timer.stage("baseline"):
+            trained = train_teacher(
+                dataset.train_images, dataset.train_labels, num_classes=dataset.num_classes,
+                test_images=dataset.test_images, test_labels=dataset.test_labels,
+                config=config.baseline, seed=config.seed, device=device, progress=progress)
+        baseline, accuracy = trained.model, trained.test_accuracy
+    baseline.eval()
+    with timer.stage("generator"):
+        trainer = GeneratorTrainer(baseline, image_shape=dataset.image_shape,
+                                   num_classes=dataset.num_classes, config=config.generator,
+                                   seed=config.seed + 1, device=device)
+        trainer.train(config.generator.steps, progress=progress)
+        generator = trainer.result()
+    with timer.stage("synthetic"):
+        latents = torch.Generator().manual_seed(config.seed + 2)
+        chunk = 1000
+        synthetic = torch.cat([
+            trainer.generator.sample(min(chunk, config.synthetic - i), latents)
+            if config.synthetic - i >= 2 else trainer.generator.sample(2, latents)[:1]
+            for i in range(0, config.synthetic, chunk)])
+        with torch.inference_mode():
+            probabilities = torch.cat([torch.softmax(baseline(synthetic[i:i + chunk]), dim=1)
+                                       for i in range(0, config.synthetic, chunk)])
+    with timer.stage("vae"):
+        vae = train_vae(synthetic, config=config.vae, seed=config.seed + 3, device=device,
+                        progress=progress)
+        with torch.no_grad():
+            codes = torch.cat([vae.vae.encode(synthetic[i:i + 1000])[0]
+                               for i in range(0, synthetic.shape[0], 1000)])
+    seconds = {"data": data.seconds, **ensemble.seconds, **timer.seconds}
+    return Prepared(key=preparation_key(config), ensemble=ensemble, baseline=baseline,
+                    baseline_accuracy=accuracy, generator=generator, synthetic=synthetic,
+                    vae=vae, codes=codes, probabilities=probabilities,
+                    dp_sgd=None if plan is None else plan.dp_sgd,
+                    seconds=seconds)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DgdResult:
+    """Outcome of one DGD run (see :meth:`to_record` for the record's fields)."""
+
+    config: DgdConfig
+    queries: int
+    test_accuracy: float
+    baseline_accuracy: float
+    teacher_accuracy_mean: float
+    ensemble_plurality_accuracy: float
+    label_baseline_agreement: float
+    epsilon: float
+    epsilon_published: float
+    epsilon_queries_rdp: float
+    epsilon_queries_pld: float
+    epsilon_data_dependent: float
+    epsilon_record_level: float
+    epsilon_record_level_pld: float | None
+    record_level_reason: str | None
+    shard_sizes: tuple[int, int]
+    generator: GeneratorResult
+    vae_loss: dict[str, float]
+    student_loss: dict[str, float]
+    accuracy_curve: tuple[tuple[int, float], ...]
+    dp_sgd: DpSgdPlan | None
+    seconds: dict[str, float]
+    device: str
+    charges: tuple[dict[str, Any], ...]
+    shared_stages: tuple[str, ...] = ()
+
+    def to_record(self, *, command: str | None = None) -> dict[str, Any]:
+        """JSON-ready record (strict JSON: an infinite epsilon is written as ``null``)."""
+        config = self.config
+        plan = self.dp_sgd
+        eps0 = query_mechanism(config, 2).epsilon
+        published = config.mode is DgdMode.PUBLISHED
+        return {
+            "method": METHOD,
+            "dataset": config.dataset.value,
+            "mode": config.mode.value,
+            "epsilon": self.epsilon,
+            "epsilon_kind": config.mode.epsilon_kind,
+            "epsilon_published": self.epsilon_published,
+            "epsilon_queries_rdp": self.epsilon_queries_rdp,
+            "epsilon_queries_pld": self.epsilon_queries_pld,
+            "epsilon_data_dependent": self.epsilon_data_dependent if published else None,
+            "data_dependent_release": DATA_DEPENDENT_RELEASE if published else WITHHELD,
+            "epsilon_record_level": (None if math.isinf(self.epsilon_record_level)
+                                     else self.epsilon_record_level),
+            "epsilon_record_level_pld": self.epsilon_record_level_pld,
+            "record_level_reason": self.record_level_reason,
+            "delta": config.delta,
+            "queries": self.queries,
+            "noise_scale": config.noise_scale,
+            "epsilon_per_query": eps0,
+            "test_accuracy": self.test_accuracy,
+            "teacher_accuracy": self.baseline_accuracy,
+            "baseline_accuracy": self.baseline_accuracy,
+            "teacher_accuracy_mean": self.teacher_accuracy_mean if published else None,
+            "ensemble_plurality_accuracy": (self.ensemble_plurality_accuracy if published
+                                            else None),
+            "withheld": None if published else WITHHELD,
+            "label_baseline_agreement": self.label_baseline_agreement,
+            "teachers": config.ensemble.num_teachers,
+            "shard_sizes": {"min": self.shard_sizes[0], "max": self.shard_sizes[1]},
+            "accuracy_curve": [list(p) for p in self.accuracy_curve],
+            "generator": {"teacher_confident_share": self.generator.teacher_agreement,
+                          "class_histogram": self.generator.class_histogram,
+                          "loss_terms": self.generator.loss_terms,
+                          "steps": self.generator.steps},
+            "vae_loss": self.vae_loss,
+            "student_loss": self.student_loss,
+            "dp_sgd": None if plan is None else {
+                "noise_multiplier": plan.noise_multiplier, "steps": plan.steps,
+                "epochs": plan.epochs, "batch_size": plan.schedule.batch_size,
+                "sampling_probability": plan.schedule.sampling_probability,
+                "dataset_size": plan.schedule.dataset_size,
+                "epsilon_rdp_with_queries": plan.epsilon_rdp,
+                "epsilon_pld_with_queries": plan.epsilon_pld, "delta": plan.delta},
+            "seed": config.seed,
+            "preset": config.preset.value,
+            "device": self.device,
+            "seconds": dict(self.seconds),
+            "shared_stages": list(self.shared_stages),
+            "charges": list(self.charges),
+            "config": config.to_dict(),
+            "command": command,
+            "provenance": provenance(),
+        }
+
+
+def _charge_record(ledger: Ledger, start: int) -> tuple[dict[str, Any], ...]:
+    """The run's charges, consecutive query charges folded into one entry with a count."""
+    out: list[dict[str, Any]] = []
+    for charge in ledger.charges()[start:]:
+        event = json.loads(event_to_json(charge.event))
+        query = charge.label.startswith("LNMax query")
+        if query and out and out[-1]["label"] == "LNMax queries" and out[-1]["event"] == event:
+            out[-1]["count"] += 1
+            out[-1]["last_seq"] = charge.seq
+            continue
+        out.append({"seq": charge.seq, "last_seq": charge.seq, "count": 1,
+                    "label": "LNMax queries" if query else charge.label, "event": event})
+    return tuple(out)
+
+
+def run(config: DgdConfig, *, ledger: Ledger, rng: np.random.Generator,
+        device: torch.device | str | None = None, data: LoadedData | None = None,
+        prepared: Prepared | None = None, ensemble: EnsembleStage | None = None,
+        data_dir: str | os.PathLike | None = None, progress: bool = True) -> DgdResult:
+    """Run DGD end to end; every privacy-relevant release is charged to ``ledger`` first.
+
+    Everything is checked before any work: the config, the device, the data (enough records
+    for the teachers, no empty shard) and that the ledger can pay (a finite ledger refuses
+    ``published`` mode, saying why; a sound budget the queries alone exhaust is refused).
+
+    Args:
+        config: The run.
+        ledger: Budget filter (:func:`ledger_for` makes one that fits the mode).
+        rng: Source of the query noise (:func:`label_rng` gives a config's own).
+        device: "cpu" (default), "cuda", "cuda:N" or "auto".
+        data: The loaded dataset (:func:`load_data`), else loaded here.
+        prepared: Stages shared by a sweep (published mode, same :func:`preparation_key`).
+        ensemble: The teacher ensemble shared by a sweep (same :func:`ensemble_key`).
+        data_dir: Where to find MNIST / Fashion-MNIST files.
+        progress: Progress bars and stage messages on stderr.
+
+    Raises:
+        ValueError: For a bad config, device, rng, ``prepared`` or ``ensemble``.
+        BudgetExceededError: If the ledger cannot pay (before any work).
+        DatasetNotFoundError: If the dataset files are missing.
+    """
+    if not isinstance(config, DgdConfig):
+        raise ValueError(f"config must be a DgdConfig; got {type(config).__name__}")
+    rng = _validate.check_generator(rng)
+    device = resolve_device(device)
+    if data is None:
+        data = load_data(config, data_dir=data_dir, progress=progress)
+    dataset = data.dataset
+    num_classes = dataset.num_classes
+    plan = check_run(config, ledger, num_private=dataset.n_train, num_classes=num_classes)
+    if prepared is not None:
+        if config.mode is DgdMode.SOUND:
+            raise ValueError("prepared applies to published runs only (a sound run's baseline "
+                             "is charged to its own ledger)")
+        if prepared.key != preparation_key(config):
+            raise ValueError("prepared was made for another dataset, seed or stage config")
+    elif ensemble is not None and ensemble.key != ensemble_key(config):
+        raise ValueError("ensemble was trained for another dataset, seed or ensemble config")
+    if prepared is None and ensemble is None:
+        check_shards(config, dataset.train_images)
+    queries = plan.queries
+    if queries + 2 > config.synthetic:
+        raise ValueError(f"synthetic must be >= queries + 2 = {queries + 2}; got "
+                         f"{config.synthetic}")
+    charged_before = len(ledger.charges())
+    if config.mode is DgdMode.PUBLISHED:
+        ledger.charge(_dp.NonPrivateDpEvent(), label=NOT_PRIVATE_REASON)
+    if prepared is None:
+        prepared = prepare(config, data=data, device=device, ledger=ledger, plan=plan,
+                           ensemble=ensemble, progress=progress)
+    timer = StageTimer(verbose=progress)
+    mechanism = query_mechanism(config, num_classes)
+    with timer.stage("queries"):
+        chosen = select_queries(prepared.probabilities, queries, config.selection)
+        unlabelled = np.setdiff1d(np.arange(config.synthetic), chosen)
+        images = prepared.synthetic[torch.from_numpy(chosen).to(prepared.synthetic.device)]
+        votes = prepared.ensemble.result.ensemble.votes(images)
+        labels = np.empty(queries, dtype=np.int64)
+        for i in range(queries):
+            ledger.charge(mechanism.event,
+                          label=f"LNMax query {i + 1}/{queries}: Laplace scale "
+                                f"{config.noise_scale:g} on {config.ensemble.num_teachers} "
+                                "teachers' votes")
+            labels[i] = mechanism.aggregate(votes[i:i + 1], rng=rng)[0]
+        baseline_labels = prepared.probabilities[chosen].argmax(dim=1).cpu().numpy()
+        data_dependent = PATEAccountant()
+        for row in votes:
+            data_dependent.compose(mechanism.event_with_votes(row))
+        epsilon_dd = float(data_dependent.get_epsilon(config.delta))
+    with timer.stage("student"):
+        student = train_tnar_student(
+            images, labels,
+            codes=prepared.codes[torch.from_numpy(unlabelled).to(prepared.codes.device)],
+            vae=prepared.vae.vae,
+            num_classes=num_classes, config=config.student,
+            test_images=_float_images(dataset.test_images).to(prepared.synthetic.device),
+            test_labels=dataset.test_labels, seed=config.seed + 4, progress=progress)
+    published = dgd_published_epsilon(mechanism.epsilon, queries, config.delta)
+    if config.mode is DgdMode.PUBLISHED:
+        epsilon, record_level, record_level_pld = published, math.inf, None
+        reason: str | None = NOT_PRIVATE_REASON
+    else:
+        epsilon = float(config.epsilon)
+        record_level = float(ledger.spent().epsilon)
+        record_level_pld = prepared.dp_sgd.epsilon_pld if prepared.dp_sgd else None
+        reason = None
+    seconds = {**prepared.seconds, **timer.seconds}
+    seconds["total"] = sum(seconds.values())
+    sizes = prepared.ensemble.result.shard_sizes
+    return DgdResult(
+        config=config, queries=queries, test_accuracy=student.test_accuracy,
+        baseline_accuracy=prepared.baseline_accuracy,
+        teacher_accuracy_mean=float(np.mean(prepared.ensemble.result.teacher_accuracy)),
+        ensemble_plurality_accuracy=prepared.ensemble.plurality_accuracy,
+        label_baseline_agreement=float(np.mean(labels == baseline_labels)),
+        epsilon=epsilon, epsilon_published=published,
+        epsilon_queries_rdp=queries_epsilon(config, num_classes, queries),
+        epsilon_queries_pld=queries_epsilon(config, num_classes, queries,
+                                            DpSgdAccountant.PLD),
+        epsilon_data_dependent=epsilon_dd, epsilon_record_level=record_level,
+        epsilon_record_level_pld=record_level_pld, record_level_reason=reason,
+        shard_sizes=(min(sizes), max(sizes)), generator=prepared.generator,
+        vae_loss=prepared.vae.loss_terms, student_loss=student.loss_terms,
+        accuracy_curve=student.curve, dp_sgd=prepared.dp_sgd, seconds=seconds,
+        device=describe_device(device), charges=_charge_record(ledger, charged_before))

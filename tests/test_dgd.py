@@ -1,0 +1,418 @@
+"""DGD: batched ensemble, shards, TNAR geometry, VAE loss, charges, accounting, bad input.
+
+Everything runs on the embedded 8x8 digits with tiny models (seconds on 2 cores).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from dpkd_audit.accountants.advanced import dgd_published_epsilon
+from dpkd_audit.data import load_dataset
+from dpkd_audit.errors import BudgetExceededError
+from dpkd_audit.ledger import Ledger
+from dpkd_audit.mechanisms import LaplaceNoisyMax
+from dpkd_audit.pipelines.common.dp_teacher import DpSgdConfig
+from dpkd_audit.pipelines.common.ensemble import (
+    EnsembleConfig,
+    TeacherEnsemble,
+    draw_minibatches,
+    shard_of_records,
+    teacher_slice,
+    train_ensemble,
+)
+from dpkd_audit.pipelines.common.generator import GeneratorConfig
+from dpkd_audit.pipelines.common.student import StudentConfig
+from dpkd_audit.pipelines.common.teacher import TeacherConfig
+from dpkd_audit.pipelines.common.tnar import (
+    adversarial_direction,
+    decoder_jacobian,
+    entropy_regularization,
+    tangent_basis,
+)
+from dpkd_audit.pipelines.common.vae import ConvVae, VaeConfig, vae_loss
+from dpkd_audit.pipelines.dgd import (
+    DgdConfig,
+    DgdMode,
+    QuerySelection,
+    TnarConfig,
+    check_run,
+    label_rng,
+    ledger_for,
+    run,
+    select_queries,
+    sweep,
+    sweep_configs,
+)
+from dpkd_audit.pipelines.dgd.config import PAPER_QUERIES
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset("digits")
+
+
+def tiny(**overrides):
+    """A DGD config on digits that runs in a few seconds."""
+    values = dict(
+        dataset="digits", queries=40, synthetic=300,
+        ensemble=EnsembleConfig(num_teachers=10, widths=(4, 8), steps=20, batch_size=16,
+                                learning_rate=3e-3),
+        generator=GeneratorConfig(width=8, steps=10, batch_size=32, beta=0.0,
+                                  activation_weight=0.1),
+        vae=VaeConfig(width=4, steps=10, batch_size=32),
+        student=TnarConfig(width=4, steps=6, batch_size=16, unlabelled_batch_size=8),
+        baseline=TeacherConfig(architecture="vgg", width=4, training=StudentConfig(
+            epochs=1, batch_size=64, learning_rate=0.1, label_smoothing=0.0, augment=False)),
+        dp_sgd=DpSgdConfig(epochs=1, batch_size=128, learning_rate=0.5))
+    values.update(overrides)
+    return DgdConfig.small(**values)
+
+
+# --------------------------------------------------------------------------- ensemble
+
+
+def test_batched_ensemble_equals_per_teacher_training(digits):
+    """Grouped convolutions + summed losses train each teacher as its own run would."""
+    n, steps, b = 4, 3, 8
+    images, labels = digits.train_images[:200], digits.train_labels[:200]
+    shards = shard_of_records(images, n, key=b"k" * 16)
+    config = EnsembleConfig(num_teachers=n, widths=(3, 5), steps=steps, batch_size=b,
+                            learning_rate=1e-2)
+    batched = train_ensemble(images, labels, shards, num_classes=10, config=config,
+                             test_images=images[:10], test_labels=labels[:10], seed=7,
+                             device="cpu", progress=False).ensemble
+    # the reference: the same initial weights and draws, one model and one Adam per teacher
+    generator = torch.Generator().manual_seed(7)
+    initial = TeacherEnsemble(num_teachers=n, widths=(3, 5), image_shape=(8, 8),
+                              num_classes=10, generator=generator)
+    sizes = np.bincount(shards, minlength=n)
+    order = torch.from_numpy(np.argsort(shards, kind="stable"))
+    offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(sizes)[:-1]]))
+    singles = [teacher_slice(initial, t) for t in range(n)]
+    optimizers = [torch.optim.Adam(m.parameters(), lr=1e-2) for m in singles]
+    schedules = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: max(0.0, 1.0 - s / steps))
+                 for o in optimizers]
+    x_all = torch.from_numpy(np.array(images)).float().div(255.0)
+    y_all = torch.from_numpy(labels.astype(np.int64))
+    for _ in range(steps):
+        index = draw_minibatches(generator, order, offsets, torch.from_numpy(sizes), b)
+        for t, (model, opt, sched) in enumerate(zip(singles, optimizers, schedules,
+                                                    strict=True)):
+            logits = model(x_all[index[t]].unsqueeze(1))[:, 0]
+            loss = torch.nn.functional.cross_entropy(logits, y_all[index[t]])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+    for t in range(n):
+        got = teacher_slice(batched, t)
+        for (name, a), (_, ref) in zip(got.named_parameters(), singles[t].named_parameters(),
+                                       strict=True):
+            assert torch.allclose(a, ref, atol=2e-5, rtol=1e-4), (t, name,
+                                                                   float((a - ref).abs().max()))
+        # and the weights moved: the comparison is not between two untrained nets
+        assert not torch.allclose(got.head, teacher_slice(initial, t).head)
+
+
+def test_shards_are_disjoint_and_survive_add_remove(digits):
+    images = digits.train_images
+    shards = shard_of_records(images, 25, key=b"s" * 32)
+    assert shards.shape == (images.shape[0],) and set(np.unique(shards)) <= set(range(25))
+    members = [set(np.flatnonzero(shards == t)) for t in range(25)]
+    assert sum(len(m) for m in members) == images.shape[0]
+    assert set().union(*members) == set(range(images.shape[0]))
+    # removing record 0 changes no other record's teacher
+    assert np.array_equal(shard_of_records(images[1:], 25, key=b"s" * 32), shards[1:])
+    # a different key gives a different partition
+    assert not np.array_equal(shard_of_records(images, 25, key=b"t" * 32), shards)
+
+
+# --------------------------------------------------------------------------- VAE and TNAR
+
+
+def test_vae_loss_by_hand():
+    x = torch.tensor([[[[0.0, 1.0], [1.0, 0.0]]]]).repeat(2, 1, 1, 1)
+    recon = torch.full_like(x, 0.25)
+    mu = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    logvar = torch.tensor([[0.0, math.log(4.0)], [0.0, 0.0]])
+    loss, terms = vae_loss(x, recon, mu, logvar)
+    bce = -(2 * math.log(0.75) + 2 * math.log(0.25))           # per image, summed over pixels
+    kl = (-0.5 * (1 + 0 - 1 - 1) - 0.5 * (1 + math.log(4.0) - 0 - 4)
+          - 0.5 * (1 - 0 - 1) - 0.5 * (1 - 4 - 1)) / 2
+    assert terms["reconstruction"].item() == pytest.approx(bce, rel=1e-5)
+    assert terms["kl"].item() == pytest.approx(kl, rel=1e-5)
+    assert loss.item() == pytest.approx(bce + kl, rel=1e-5)
+
+
+@pytest.fixture(scope="module")
+def decoder_setup():
+    torch.manual_seed(0)  # not used by the code under test; keeps nothing else random
+    vae = ConvVae(image_shape=(8, 8), latent_dim=3, width=4,
+                  generator=torch.Generator().manual_seed(1)).double().eval()
+    z = torch.randn(5, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    return vae, z
+
+
+def test_decoder_jacobian_matches_finite_differences(decoder_setup):
+    vae, z = decoder_setup
+    jacobian = decoder_jacobian(vae.decode, z)
+    assert jacobian.shape == (5, 64, 3)
+    h = 1e-6
+    for k in range(3):
+        step = torch.zeros_like(z)
+        step[:, k] = h
+        numeric = (vae.decode(z + step) - vae.decode(z - step)).reshape(5, -1) / (2 * h)
+        assert torch.allclose(jacobian[:, :, k], numeric, atol=1e-7, rtol=1e-5)
+
+
+def test_tangent_direction_lies_in_the_decoder_column_space(decoder_setup):
+    vae, z = decoder_setup
+    student = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10)).double()
+    x = vae.decode(z)
+    logits = student(x)
+    basis = tangent_basis(vae.decode, z)
+    jacobian = decoder_jacobian(vae.decode, z)
+    tangent = adversarial_direction(student, x, logits, basis, tangent=True, xi=1e-3,
+                                    generator=torch.Generator().manual_seed(3))
+    normal = adversarial_direction(student, x, logits, basis, tangent=False, xi=1e-3,
+                                   generator=torch.Generator().manual_seed(3))
+    flat_t, flat_n = tangent.reshape(5, -1, 1), normal.reshape(5, -1, 1)
+    assert torch.allclose(flat_t.norm(dim=1), torch.ones(5, 1, dtype=torch.float64))
+    # tangent = J c for some c (least-squares residual ~ 0) ...
+    coefficients = torch.linalg.lstsq(jacobian, flat_t).solution
+    assert (jacobian @ coefficients - flat_t).norm(dim=1).max() < 1e-8
+    # ... and the normal direction is orthogonal to every column of J
+    assert (jacobian.transpose(1, 2) @ flat_n).abs().max() < 1e-8
+    # a random direction is neither (the checks can fail)
+    rand = torch.randn(5, 64, 1, generator=torch.Generator().manual_seed(4),
+                       dtype=torch.float64)
+    assert (jacobian @ torch.linalg.lstsq(jacobian, rand).solution - rand).norm(dim=1).min() \
+        > 0.1
+
+
+def test_tangent_direction_is_adversarial(decoder_setup):
+    """The power step picks a direction that changes the prediction more than a random one."""
+    vae, z = decoder_setup
+    student = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10)).double()
+    x = vae.decode(z)
+    logits = student(x).detach()
+    basis = tangent_basis(vae.decode, z)
+    found = adversarial_direction(student, x, logits, basis, tangent=True, xi=1e-3,
+                                  generator=torch.Generator().manual_seed(5),
+                                  power_iterations=3)
+    probe = torch.randn(x.shape, generator=torch.Generator().manual_seed(6),
+                        dtype=torch.float64)
+    random_tangent = (basis @ (basis.transpose(1, 2) @ probe.reshape(5, -1, 1))).reshape(
+        x.shape)
+    random_tangent = random_tangent / random_tangent.reshape(5, -1).norm(dim=1).view(5, 1, 1, 1)
+
+    def change(d):
+        return (student(x + 0.5 * d) - logits).norm(dim=1)
+
+    assert torch.all(change(found) >= change(random_tangent) - 1e-9)
+
+
+def test_entropy_regularization_by_hand():
+    logits = torch.log(torch.tensor([[0.5, 0.5], [1.0, 1e-30]]))
+    assert entropy_regularization(logits).item() == pytest.approx(math.log(2) / 2, rel=1e-5)
+
+
+# --------------------------------------------------------------------------- pipeline
+
+
+def test_published_run_charges_every_query_before_its_label(digits, monkeypatch):
+    config = tiny()
+    ledger = ledger_for(config)
+    seen: list[int] = []
+    original = LaplaceNoisyMax.aggregate
+
+    def watched(self, vote_matrix, *, rng):
+        queries = sum(1 for c in ledger.charges() if c.label.startswith("LNMax query"))
+        seen.append(queries)
+        return original(self, vote_matrix, rng=rng)
+
+    monkeypatch.setattr(LaplaceNoisyMax, "aggregate", watched)
+    result = run(config, ledger=ledger, rng=label_rng(config), progress=False)
+    assert seen == list(range(1, config.queries + 1))
+    charges = ledger.charges()
+    assert charges[0].event.__class__.__name__ == "NonPrivateDpEvent"
+    assert len(charges) == 1 + config.queries
+    record = result.to_record()
+    assert record["charges"][1]["count"] == config.queries
+    eps0 = 2.0 / config.noise_scale
+    assert record["epsilon"] == record["epsilon_published"] == pytest.approx(
+        dgd_published_epsilon(eps0, config.queries, config.delta))
+    assert record["epsilon_record_level"] is None and "non-private" in \
+        record["record_level_reason"]
+    assert 0 < record["epsilon_queries_pld"] <= record["epsilon_queries_rdp"]
+    assert record["epsilon_data_dependent"] is not None
+    assert record["queries"] == config.queries and record["teachers"] == 10
+
+
+def test_confident_selection_is_class_balanced_and_most_confident():
+    rng = torch.Generator().manual_seed(0)
+    probabilities = torch.softmax(3 * torch.randn(500, 4, generator=rng), dim=1)
+    probabilities[:, 3] = 0.0            # class 3 is never predicted: its share goes elsewhere
+    probabilities = probabilities / probabilities.sum(1, keepdim=True)
+    assert select_queries(probabilities, 7, QuerySelection.FIRST).tolist() == list(range(7))
+    chosen = select_queries(probabilities, 42, QuerySelection.CONFIDENT)
+    assert len(chosen) == len(set(chosen.tolist())) == 42
+    confidence, predicted = probabilities.max(1)
+    counts = np.bincount(predicted[chosen].numpy(), minlength=4)
+    assert counts[3] == 0 and counts[:3].min() >= 11          # quotas 11, 11, 10 (+10 refill)
+    for k in range(3):
+        members = torch.nonzero(predicted == k).flatten().numpy()
+        picked = np.intersect1d(members, chosen)
+        rest = np.setdiff1d(members, chosen)
+        assert confidence[picked].min() >= confidence[rest].max()
+    with pytest.raises(ValueError, match="queries"):
+        select_queries(probabilities, 501, QuerySelection.CONFIDENT)
+
+
+def test_sound_run_record_level_epsilon_is_the_ledgers(digits):
+    config = tiny(mode="sound", epsilon=8.0, queries=None)
+    ledger = ledger_for(config)
+    plan = check_run(config, ledger, num_private=digits.n_train, num_classes=10)
+    assert plan.queries >= 1 and plan.dp_sgd is not None
+    result = run(config, ledger=ledger, rng=label_rng(config), progress=False)
+    record = result.to_record()
+    spent = float(ledger.spent().epsilon)
+    assert record["epsilon_record_level"] == pytest.approx(spent)
+    assert spent <= 8.0 + 1e-9
+    assert record["epsilon_record_level_pld"] <= spent + 1e-9
+    # the DP-SGD baseline first, then the queries; query share honoured
+    labels = [c.label for c in ledger.charges()]
+    assert not labels[0].startswith("LNMax") and all(x.startswith("LNMax") for x in labels[1:])
+    assert len(labels) == 1 + plan.queries
+    assert record["epsilon_queries_rdp"] <= 0.5 * 8.0 + 1e-9
+    # figures of the teachers without noise are withheld from a sound record
+    assert record["teacher_accuracy_mean"] is None
+    assert record["epsilon_data_dependent"] is None and record["withheld"]
+
+
+def test_published_refused_by_a_finite_ledger_before_any_work(digits):
+    config = tiny()
+    ledger = Ledger(epsilon=100.0, delta=1e-5)
+    with pytest.raises(BudgetExceededError, match="finite budget"):
+        run(config, ledger=ledger, rng=label_rng(config), progress=False)
+    assert ledger.charges() == []
+
+
+@pytest.mark.parametrize("overrides, match", [
+    ({"queries": 0}, "queries"),
+    ({"queries": -3}, "queries"),
+    ({"mode": "sound", "epsilon": 0.0}, "epsilon"),
+    ({"mode": "sound", "epsilon": -1.0}, "epsilon"),
+    ({"mode": "sound", "epsilon": math.inf}, "epsilon"),
+    ({"epsilon": 3.0}, "epsilon applies to mode='sound'"),
+    ({"queries": 400, "synthetic": 300}, "synthetic"),
+    ({"noise_scale": 0.0}, "noise_scale"),
+])
+def test_bad_config_is_refused(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        tiny(**overrides)
+
+
+def test_teachers_that_do_not_divide_the_data_are_refused_before_any_work(digits):
+    config = tiny(ensemble=EnsembleConfig(num_teachers=400, widths=(4, 8), steps=2))
+    ledger = ledger_for(config)
+    with pytest.raises(ValueError, match="do not divide"):
+        run(config, ledger=ledger, rng=label_rng(config), progress=False)
+    assert ledger.charges() == []
+    # on average enough records, but a hash shard left empty is refused too
+    config = tiny(ensemble=EnsembleConfig(num_teachers=600, widths=(4, 8), steps=2),
+                  min_shard=1)
+    with pytest.raises(ValueError, match="empty"):
+        run(config, ledger=ledger, rng=label_rng(config), progress=False)
+    assert ledger.charges() == []
+
+
+def test_sound_queries_that_exhaust_the_budget_are_refused(digits):
+    config = tiny(mode="sound", epsilon=1.0, queries=500, synthetic=600)
+    ledger = ledger_for(config)
+    with pytest.raises(ValueError, match="--queries"):
+        check_run(config, ledger, num_private=digits.n_train, num_classes=10)
+    assert ledger.charges() == []
+
+
+def test_sweep_shares_stages_across_query_counts(digits):
+    configs = sweep_configs(tiny(), modes=["published"], seeds=[0], queries=[10, 20])
+    results = list(sweep(configs))
+    assert [r.queries for r in results] == [10, 20]
+    assert all("ensemble" in r.shared_stages and "vae" in r.shared_stages for r in results)
+    assert results[0].epsilon_published < results[1].epsilon_published
+
+
+def test_paper_settings():
+    assert PAPER_QUERIES == (27, 400, 750, 1300)
+    config = DgdConfig.small()
+    assert config.ensemble.num_teachers == 250 and config.noise_scale == 40.0
+    assert config.queries == 1300 and config.vae.latent_dim == 32
+    assert config.generator.alpha == 5.0 and config.generator.activation_weight == 0.1
+    assert config.generator.beta == 0.0
+    assert DgdConfig.small(mode="sound", epsilon=1.0).queries is None
+    assert DgdConfig.paper().ensemble.widths == (64, 128)
+    assert dataclasses.replace(config, mode=DgdMode.SOUND, epsilon=2.0).epsilon == 2.0
+
+
+# --------------------------------------------------------------------------- CLI
+
+_TINY_CLI = ("--teachers", "10", "--ensemble-steps", "5", "--generator-steps", "3",
+             "--student-steps", "3", "--synthetic", "200", "--quiet")
+
+
+def test_cli_run_writes_a_record(tmp_path, capsys):
+    from dpkd_audit.cli.main import main
+
+    out = tmp_path / "out"
+    assert main(["run", "dgd", "--queries", "12", *_TINY_CLI, "--out", str(out)]) == 0
+    record = json.loads((out / "result.json").read_text())
+    assert record["method"] == "dgd" and record["queries"] == 12
+    assert record["epsilon_record_level"] is None
+    assert record["command"].startswith("dpkd run dgd")
+    assert "inf (not DP at record level)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (("--queries", "0"), "must be an integer >= 1"),
+    (("--mode", "sound"), "--mode sound needs --epsilon"),
+    (("--mode", "sound", "--epsilon", "0"), "must be a finite number > 0"),
+    (("--mode", "published", "--epsilon", "2"), "--epsilon applies to --mode sound"),
+    (("--teachers", "400", "--queries", "12"), "do not divide"),
+    (("--queries", "199"), "synthetic must be >= queries + 2"),
+    (("--mode", "sound", "--epsilon", "1", "--queries", "150"), "--queries"),
+])
+def test_cli_bad_input_fails_before_any_work(tmp_path, capsys, extra, message):
+    from dpkd_audit.cli.main import main
+
+    code = None
+    out = tmp_path / "out"
+    try:
+        code = main(["run", "dgd", *_TINY_CLI, "--out", str(out), *extra])
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_cli_sweep_over_queries_resumes(tmp_path, capsys):
+    from dpkd_audit.cli.main import main
+
+    out = tmp_path / "sweep"
+    argv = ["sweep", "dgd", "--queries", "8,16", *_TINY_CLI, "--out", str(out)]
+    assert main(argv) == 0
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["queries"] for r in records] == [8, 16]
+    assert all("vae" in r["shared_stages"] for r in records)
+    assert (out / "accuracy.png").stat().st_size > 0
+    assert "What epsilon means here" in (out / "README.md").read_text()
+    assert main([*argv, "--resume"]) == 0  # nothing left to run
+    assert len((out / "results.jsonl").read_text().splitlines()) == 2
