@@ -18,6 +18,7 @@ from dpkd_audit.data import load_dataset
 from dpkd_audit.errors import BudgetExceededError
 from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms import LaplaceNoisyMax
+from dpkd_audit.pipelines.common.dp_statistics import StatisticsConfig
 from dpkd_audit.pipelines.common.dp_teacher import DpSgdConfig
 from dpkd_audit.pipelines.common.ensemble import (
     EnsembleConfig,
@@ -51,6 +52,7 @@ from dpkd_audit.pipelines.dgd import (
     sweep_configs,
 )
 from dpkd_audit.pipelines.dgd.config import PAPER_QUERIES
+from dpkd_audit.pipelines.dgd.student import soft_cross_entropy, train_tnar_student
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +68,8 @@ def tiny(**overrides):
                                 learning_rate=3e-3),
         generator=GeneratorConfig(width=8, steps=10, batch_size=32, beta=0.0,
                                   activation_weight=0.1),
+        sound_generator=GeneratorConfig(width=8, steps=10, batch_size=32, beta=10.0,
+                                        activation_weight=0.1),
         vae=VaeConfig(width=4, steps=10, batch_size=32),
         student=TnarConfig(width=4, steps=6, batch_size=16, unlabelled_batch_size=8),
         baseline=TeacherConfig(architecture="vgg", width=4, training=StudentConfig(
@@ -219,6 +223,29 @@ def test_tangent_direction_is_adversarial(decoder_setup):
     assert torch.all(change(found) >= change(random_tangent) - 1e-9)
 
 
+def test_soft_cross_entropy_by_hand_and_its_gradient_is_the_kl():
+    logits = torch.tensor([[1.0, 0.0, -1.0], [0.5, 0.5, 2.0]], requires_grad=True)
+    targets = torch.tensor([[0.7, 0.2, 0.1], [0.0, 0.0, 1.0]])
+    p = torch.softmax(logits.detach(), dim=1)
+    expected = -(targets * p.log()).sum(dim=1).mean()
+    value = soft_cross_entropy(logits, targets)
+    assert float(value) == pytest.approx(float(expected), rel=1e-6)
+    value.backward()
+    # d/dlogits of mean KL(t || softmax) is (softmax - t) / batch
+    assert torch.allclose(logits.grad, (p - targets) / 2, atol=1e-6)
+
+
+def test_distillation_without_soft_images_is_refused():
+    with pytest.raises(ValueError, match="soft_images and soft_targets"):
+        train_tnar_student(torch.zeros(4, 1, 8, 8), np.zeros(4, dtype=np.int64), codes=None,
+                           vae=None, num_classes=10, config=TnarConfig(
+                               width=2, steps=1, batch_size=2, tangent_weight=0.0,
+                               normal_weight=0.0, entropy_weight=0.0),
+                           test_images=torch.zeros(2, 1, 8, 8),
+                           test_labels=np.zeros(2, dtype=np.int64), seed=0,
+                           distillation_weight=1.0, progress=False)
+
+
 def test_entropy_regularization_by_hand():
     logits = torch.log(torch.tensor([[0.5, 0.5], [1.0, 1e-30]]))
     assert entropy_regularization(logits).item() == pytest.approx(math.log(2) / 2, rel=1e-5)
@@ -254,6 +281,10 @@ def test_published_run_charges_every_query_before_its_label(digits, monkeypatch)
     assert 0 < record["epsilon_queries_pld"] <= record["epsilon_queries_rdp"]
     assert record["epsilon_data_dependent"] is not None
     assert record["queries"] == config.queries and record["teachers"] == 10
+    # the paper's student and generator: no statistics, no distillation from the baseline
+    assert record["statistics"] is None and record["distillation_weight"] == 0.0
+    assert "distillation" not in record["student_loss"]
+    assert "dp_feature_statistics" not in record["generator"]["loss_terms"]
 
 
 def test_confident_selection_is_class_balanced_and_most_confident():
@@ -287,10 +318,14 @@ def test_sound_run_record_level_epsilon_is_the_ledgers(digits):
     assert record["epsilon_record_level"] == pytest.approx(spent)
     assert spent <= 8.0 + 1e-9
     assert record["epsilon_record_level_pld"] <= spent + 1e-9
-    # the DP-SGD baseline first, then the queries; query share honoured
+    # the DP-SGD baseline first, then the feature statistics, then the queries
     labels = [c.label for c in ledger.charges()]
-    assert not labels[0].startswith("LNMax") and all(x.startswith("LNMax") for x in labels[1:])
-    assert len(labels) == 1 + plan.queries
+    assert labels[0].startswith("DP-SGD")
+    assert labels[1].startswith("feature statistics through the DP baseline")
+    assert all(x.startswith("LNMax") for x in labels[2:])
+    assert len(labels) == 2 + plan.queries
+    assert record["statistics"]["epsilon"] == pytest.approx(0.1 * 8.0)
+    assert record["distillation_weight"] == 1.0 and "distillation" in record["student_loss"]
     assert record["epsilon_queries_rdp"] <= 0.5 * 8.0 + 1e-9
     # figures of the teachers without noise are withheld from a sound record
     assert record["teacher_accuracy_mean"] is None
@@ -314,6 +349,10 @@ def test_published_refused_by_a_finite_ledger_before_any_work(digits):
     ({"epsilon": 3.0}, "epsilon applies to mode='sound'"),
     ({"queries": 400, "synthetic": 300}, "synthetic"),
     ({"noise_scale": 0.0}, "noise_scale"),
+    ({"distillation_weight": -1.0}, "distillation_weight"),
+    ({"distillation_weight": math.nan}, "distillation_weight"),
+    ({"statistics": StatisticsConfig(epsilon_share=0.0)}, "sound_generator.beta > 0 needs"),
+    ({"generator": GeneratorConfig(beta=10.0)}, "generator.beta must be 0"),
 ])
 def test_bad_config_is_refused(overrides, match):
     with pytest.raises(ValueError, match=match):
@@ -380,6 +419,19 @@ def test_cli_run_writes_a_record(tmp_path, capsys):
     assert "inf (not DP at record level)" in capsys.readouterr().out
 
 
+def test_cli_sound_run_without_statistics_or_distillation(tmp_path):
+    from dpkd_audit.cli.main import main
+
+    out = tmp_path / "out"
+    assert main(["run", "dgd", "--mode", "sound", "--epsilon", "8", "--statistics-share", "0",
+                 "--distillation-weight", "0", *_TINY_CLI, "--out", str(out)]) == 0
+    record = json.loads((out / "result.json").read_text())
+    assert record["statistics"] is None and record["distillation_weight"] == 0.0
+    assert not any(c["label"].startswith("feature statistics") for c in record["charges"])
+    assert record["config"]["sound_generator"]["beta"] == 0.0
+    assert record["epsilon_record_level"] <= 8.0
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     (("--queries", "0"), "must be an integer >= 1"),
     (("--mode", "sound"), "--mode sound needs --epsilon"),
@@ -388,6 +440,13 @@ def test_cli_run_writes_a_record(tmp_path, capsys):
     (("--teachers", "400", "--queries", "12"), "do not divide"),
     (("--queries", "199"), "synthetic must be >= queries + 2"),
     (("--mode", "sound", "--epsilon", "1", "--queries", "150"), "--queries"),
+    (("--queries", "12", "--distillation-weight", "1"),
+     "--distillation-weight applies to sound runs only"),
+    (("--queries", "12", "--statistics-share", "0.1"),
+     "--statistics-share applies to sound runs only"),
+    (("--mode", "sound", "--epsilon", "5", "--distillation-weight", "-1"),
+     "must be a finite number >= 0"),
+    (("--mode", "sound", "--epsilon", "5", "--statistics-share", "1"), "must be a number in"),
 ])
 def test_cli_bad_input_fails_before_any_work(tmp_path, capsys, extra, message):
     from dpkd_audit.cli.main import main

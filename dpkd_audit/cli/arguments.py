@@ -10,7 +10,7 @@ import argparse
 import math
 from collections.abc import Callable, Sequence
 
-__all__ = ["choice_list", "fraction", "int_at_least", "positive_float"]
+__all__ = ["choice_list", "fraction", "int_at_least", "non_negative_float", "positive_float"]
 
 
 def positive_float(text: str) -> float:
@@ -21,6 +21,17 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from exc
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A finite real number >= 0."""
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from exc
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
     return value
 
 

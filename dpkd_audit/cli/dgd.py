@@ -13,13 +13,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dpkd_audit.cli.arguments import fraction, int_at_least, positive_float
+from dpkd_audit.cli.arguments import fraction, int_at_least, non_negative_float, positive_float
 from dpkd_audit.cli.paths import output_file
 from dpkd_audit.cli.pipelines import (
     _command,
     _out_dir,
     _write_json,
     add_sweep_grid_arguments,
+    apply_generator_arguments,
     run_sweep,
 )
 
@@ -55,7 +56,10 @@ def _config(args: argparse.Namespace, *, mode: str, queries: int | None,
                                  "epsilon": epsilon}
     if queries is not None:
         overrides["queries"] = queries
-    for name in ("noise_scale", "query_share", "synthetic", "selection"):
+    if args.distillation_weight is not None and "sound" not in getattr(args, "modes", [mode]):
+        raise ValueError("--distillation-weight applies to sound runs only (published runs use "
+                         "the paper's student)")
+    for name in ("noise_scale", "query_share", "synthetic", "selection", "distillation_weight"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     config = DgdConfig.preset_config(args.preset, **overrides)
@@ -66,10 +70,7 @@ def _config(args: argparse.Namespace, *, mode: str, queries: int | None,
         config = replace(config, ensemble=replace(config.ensemble, steps=args.ensemble_steps))
     if args.student_steps is not None:
         config = replace(config, student=replace(config.student, steps=args.student_steps))
-    if args.generator_steps is not None:
-        config = replace(config, generator=replace(config.generator,
-                                                   steps=args.generator_steps))
-    return config
+    return apply_generator_arguments(config, args, mode=mode)
 
 
 def _summary(record: Mapping[str, Any]) -> str:
@@ -187,6 +188,14 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="student training steps (default: the preset's)")
     p.add_argument("--synthetic", type=int_at_least(3),
                    help="size of the synthetic set (default: the preset's)")
+    p.add_argument("--statistics-share", type=fraction,
+                   help="sound mode: epsilon of the DP feature-statistics release (through the "
+                        "DP baseline, for the generator) as a share of --epsilon, in [0, 1) "
+                        "(default 0.1; 0: no statistics term)")
+    p.add_argument("--distillation-weight", type=non_negative_float,
+                   help="sound mode: weight of the DP baseline's soft labels on the unlabelled "
+                        "synthetic images in the student's loss (default 1; 0: the paper's "
+                        "student)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--quiet", action="store_true", help="no progress bars or stage messages")

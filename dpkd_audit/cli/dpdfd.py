@@ -19,6 +19,7 @@ from dpkd_audit.cli.pipelines import (
     _out_dir,
     _write_json,
     add_sweep_grid_arguments,
+    apply_generator_arguments,
     run_sweep,
 )
 
@@ -64,20 +65,7 @@ def _config(args: argparse.Namespace, *, epsilon: float, mode: str) -> Any:
             dp_sgd=replace(config.dp_sgd, epochs=args.teacher_epochs))
     if args.label_loss is not None:
         config = replace(config, student=replace(config.student, loss=args.label_loss))
-    if args.statistics_share is not None:
-        if "sound" not in getattr(args, "modes", [mode]):
-            raise ValueError("--statistics-share applies to sound runs only")
-        share = args.statistics_share
-        config = replace(config, statistics=replace(config.statistics, epsilon_share=share),
-                         sound_generator=replace(config.sound_generator,
-                                                 beta=config.sound_generator.beta
-                                                 if share > 0 else 0.0))
-    if args.generator_steps is not None:
-        config = replace(config,
-                         generator=replace(config.generator, steps=args.generator_steps),
-                         sound_generator=replace(config.sound_generator,
-                                                 steps=args.generator_steps))
-    return config
+    return apply_generator_arguments(config, args, mode=mode)
 
 
 def _summary(record: dict[str, Any]) -> str:

@@ -427,3 +427,30 @@ def _cmd_results(args: argparse.Namespace) -> int:
 def argv_or_default(argv: list[str] | None) -> list[str]:
     """The argument list ``main`` parses (for recording the command)."""
     return list(sys.argv[1:] if argv is None else argv)
+
+
+def apply_generator_arguments(config: Any, args: argparse.Namespace, *, mode: str) -> Any:
+    """``--statistics-share`` and ``--generator-steps`` on a DP-DFD or DGD config.
+
+    Both configs hold ``generator`` (published mode), ``sound_generator`` and ``statistics``
+    (the sound mode's DP feature statistics, whose term the sound generator weighs by
+    ``beta``: a share of 0 turns both off).
+
+    Raises:
+        ValueError: ``--statistics-share`` where no sound run is asked for.
+    """
+    replace = dataclasses.replace
+    if args.statistics_share is not None:
+        if "sound" not in getattr(args, "modes", [mode]):
+            raise ValueError("--statistics-share applies to sound runs only")
+        share = args.statistics_share
+        config = replace(config, statistics=replace(config.statistics, epsilon_share=share),
+                         sound_generator=replace(config.sound_generator,
+                                                 beta=config.sound_generator.beta
+                                                 if share > 0 else 0.0))
+    if args.generator_steps is not None:
+        config = replace(config,
+                         generator=replace(config.generator, steps=args.generator_steps),
+                         sound_generator=replace(config.sound_generator,
+                                                 steps=args.generator_steps))
+    return config

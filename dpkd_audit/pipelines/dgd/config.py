@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from typing import Any
 
 from dpkd_audit import _validate
 from dpkd_audit.data import DatasetName
 from dpkd_audit.pipelines.common.config import Preset, parse_enum, plain
+from dpkd_audit.pipelines.common.dp_statistics import StatisticsConfig
 from dpkd_audit.pipelines.common.dp_teacher import DpSgdConfig
 from dpkd_audit.pipelines.common.ensemble import EnsembleConfig
 from dpkd_audit.pipelines.common.generator import GeneratorConfig
@@ -66,7 +68,21 @@ class DgdConfig:
         baseline: The non-private baseline of ``published`` mode.
         dp_baseline: The baseline of ``sound`` mode (trained with ``dp_sgd``).
         dp_sgd: DP-SGD hyper-parameters of ``sound`` mode (its ``delta`` is ``delta``).
-        generator: DAFL's generator and loss (alpha 5, activation 0.1, no BN statistics).
+        generator: The generator of ``published`` mode: DAFL's loss (alpha 5, activation 0.1,
+            no statistics term), as in the paper.
+        sound_generator: The generator of ``sound`` mode: DAFL's loss + ``beta`` x the distance
+            to feature statistics released with noise through the DP baseline
+            (``statistics``; not in the paper: DAFL's loss alone makes images a student learns
+            little from at CPU scale); ``beta`` > 0 exactly when ``statistics`` are released.
+        statistics: The sound mode's release of feature statistics through the DP baseline
+            (:mod:`~dpkd_audit.pipelines.common.dp_statistics`; Gaussian, charged to the
+            ledger; the DP-SGD noise is calibrated so that baseline, statistics and queries
+            compose to ``epsilon``); ``epsilon_share`` = 0 disables it.
+        distillation_weight: ``sound`` mode only: weight (>= 0) of a distillation term on the
+            unlabelled synthetic images, the cross-entropy to the DP baseline's softmax (not
+            in the paper; post-processing of DP outputs, so free at the record level). Published
+            runs use the paper's student and ignore it (a non-private baseline's labels would
+            be a non-private release in all but name).
         synthetic: Size of the synthetic set (>= queries + 2): the queries are drawn from it
             (``selection``), the rest is the unlabelled set of the TNAR terms.
         vae: The VAE (latent 32).
@@ -95,6 +111,10 @@ class DgdConfig:
     dp_sgd: DpSgdConfig = dataclasses.field(default_factory=DpSgdConfig)
     generator: GeneratorConfig = dataclasses.field(default_factory=lambda: GeneratorConfig(
         beta=0.0, activation_weight=0.1))
+    sound_generator: GeneratorConfig = dataclasses.field(
+        default_factory=lambda: GeneratorConfig(beta=10.0, activation_weight=0.1))
+    statistics: StatisticsConfig = dataclasses.field(default_factory=StatisticsConfig)
+    distillation_weight: float = 1.0
     synthetic: int = 60000
     vae: VaeConfig = dataclasses.field(default_factory=VaeConfig)
     student: TnarConfig = dataclasses.field(default_factory=TnarConfig)
@@ -129,7 +149,9 @@ class DgdConfig:
         _validate.check_delta(self.delta, allow_zero=False)
         for name, kind in (("ensemble", EnsembleConfig), ("baseline", TeacherConfig),
                            ("dp_baseline", TeacherConfig), ("dp_sgd", DpSgdConfig),
-                           ("generator", GeneratorConfig), ("vae", VaeConfig),
+                           ("generator", GeneratorConfig),
+                           ("sound_generator", GeneratorConfig),
+                           ("statistics", StatisticsConfig), ("vae", VaeConfig),
                            ("student", TnarConfig)):
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"{name} must be a {kind.__name__}; got "
@@ -137,6 +159,18 @@ class DgdConfig:
         if self.generator.uses_bn_statistics:
             raise ValueError("generator.beta must be 0: DGD's generator loss has no BatchNorm-"
                              f"statistics term; got beta={self.generator.beta!r}")
+        if (self.sound_generator.beta > 0) != self.statistics.enabled:
+            raise ValueError(
+                "sound_generator.beta > 0 needs released statistics (statistics.epsilon_share > "
+                "0) and released statistics need beta > 0 to be used: a sound generator never "
+                "reads statistics of the private data without noise; got sound_generator.beta="
+                f"{self.sound_generator.beta!r}, statistics.epsilon_share="
+                f"{self.statistics.epsilon_share!r}")
+        weight = self.distillation_weight
+        if isinstance(weight, bool) or not isinstance(weight, int | float) \
+                or not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"distillation_weight must be a finite real number >= 0; got "
+                             f"{weight!r}")
         if self.dp_sgd.delta != self.delta:
             object.__setattr__(self, "dp_sgd", dataclasses.replace(self.dp_sgd,
                                                                    delta=self.delta))
@@ -153,6 +187,16 @@ class DgdConfig:
         """The baseline this mode trains."""
         return self.baseline if self.mode is DgdMode.PUBLISHED else self.dp_baseline
 
+    @property
+    def active_generator(self) -> GeneratorConfig:
+        """The generator this mode fits."""
+        return self.generator if self.mode is DgdMode.PUBLISHED else self.sound_generator
+
+    @property
+    def active_distillation_weight(self) -> float:
+        """The distillation term's weight in this mode (0 in ``published`` mode)."""
+        return 0.0 if self.mode is DgdMode.PUBLISHED else float(self.distillation_weight)
+
     @classmethod
     def small(cls, **overrides: Any) -> DgdConfig:
         """CPU preset: the privacy-relevant numbers of the paper, smaller nets and sets.
@@ -160,12 +204,13 @@ class DgdConfig:
         Kept: 250 teachers on their disjoint shards, Laplace scale 40, the query counts,
         delta 1e-5, the VAE's 32-dim codes. Shrunk (MNIST-sized): teachers of widths (8, 16)
         trained 300 steps of 32 images, a baseline of the teachers' architecture at width 8
-        (2 epochs), a width-64 generator (2,000 steps: on MNIST a student
-        trained on 1,300 of its images with the baseline's labels reaches 57%, against 39% after
-        400 steps), 20,000 synthetic images, a width-16
-        student (400 steps). Changed (measured better on MNIST, see ``reports/dgd``): the
-        queries are the baseline's most confident synthetic images, class-balanced
-        (:attr:`QuerySelection.CONFIDENT`).
+        (2 epochs), a width-64 generator (2,000 steps), 20,000 synthetic images, a width-16
+        student (400 steps). Two choices measured by ``benchmarks/dgd_synthetic.py`` (a student
+        trained on 1,300 synthetic images with the baseline's own labels, MNIST; figures in
+        ``benchmarks/README.md``): the queries are the baseline's most confident synthetic
+        images, class-balanced (:attr:`QuerySelection.CONFIDENT`, where the paper takes random
+        ones), and DAFL's generator runs 2,000 steps instead of 400. The sound generator also
+        matches feature statistics released through the DP baseline (1,000 steps).
 
         On the 8x8 digits (1,797 images) everything is tiny: 25 teachers (about 70 records
         each), whose votes are at most 25, so the noise scale is 4 (eps0 = 0.5) instead of 40
@@ -190,6 +235,10 @@ class DgdConfig:
             if digits else DpSgdConfig(epochs=15, batch_size=512, learning_rate=2.0),
             "generator": GeneratorConfig(width=64, steps=200 if digits else 2000,
                                          batch_size=128, beta=0.0, activation_weight=0.1),
+            "sound_generator": GeneratorConfig(width=64, steps=200 if digits else 1000,
+                                               batch_size=128, beta=10.0,
+                                               activation_weight=0.1),
+            "statistics": StatisticsConfig(clip_norm=8.0 if digits else 16.0),
             "synthetic": 2000 if digits else 20000,
             "vae": VaeConfig(width=16, steps=200 if digits else 500),
             "student": TnarConfig(width=16, steps=200 if digits else 400, batch_size=64,

@@ -65,8 +65,14 @@ from dpkd_audit.accountants.rdp import RDPAccountant
 from dpkd_audit.errors import BudgetExceededError
 from dpkd_audit.events import event_to_json
 from dpkd_audit.ledger import Ledger
-from dpkd_audit.mechanisms import LaplaceNoisyMax
+from dpkd_audit.mechanisms import Gaussian, LaplaceNoisyMax
 from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
+from dpkd_audit.pipelines.common.dp_statistics import (
+    FeatureStatistics,
+    ReferenceStatistics,
+    release_feature_statistics,
+    statistics_mechanism,
+)
 from dpkd_audit.pipelines.common.dp_teacher import (
     DpSgdAccountant,
     DpSgdPlan,
@@ -111,6 +117,7 @@ __all__ = [
     "query_mechanism",
     "run",
     "shards_for",
+    "statistics_release",
 ]
 
 METHOD = "dgd"
@@ -156,6 +163,14 @@ def load_data(config: DgdConfig, *, data_dir: str | os.PathLike | None = None,
 def query_mechanism(config: DgdConfig, num_classes: int) -> LaplaceNoisyMax:
     """LNMax with Laplace scale ``config.noise_scale`` per count (eps0 = 2 / scale)."""
     return LaplaceNoisyMax.from_noise_scale(config.noise_scale, num_classes)
+
+
+def statistics_release(config: DgdConfig) -> Gaussian | None:
+    """The sound mode's statistics mechanism (``None`` when disabled or in published mode)."""
+    if config.mode is not DgdMode.SOUND or not config.statistics.enabled:
+        return None
+    return statistics_mechanism(config.statistics, target_epsilon=float(config.epsilon),
+                                delta=config.delta)
 
 
 def _queries_event(config: DgdConfig, num_classes: int, queries: int) -> _dp.DpEvent:
@@ -257,9 +272,13 @@ def check_run(config: DgdConfig, ledger: Ledger, *, num_private: int,
     if ledger.identity.neighboring_relation != NeighboringRelation.ADD_OR_REMOVE_ONE.name:
         raise ValueError("ledger must account under add/remove-one neighbours for DP-SGD "
                          "(Opacus's convention); use dgd.ledger_for(config)")
+    statistics = statistics_release(config)
+    also = (() if statistics is None else (statistics.event,)) \
+        + (_queries_event(config, num_classes, queries),)
     plan = plan_dp_sgd(config.dp_sgd, dataset_size=num_private, target_epsilon=target,
-                       also=(_queries_event(config, num_classes, queries),))
-    ledger.check([plan.event, *plan.also], label="DP-SGD baseline and LNMax queries")
+                       also=also)
+    ledger.check([plan.event, *plan.also],
+                 label="DP-SGD baseline, feature statistics and LNMax queries")
     return RunPlan(queries=queries, dp_sgd=plan)
 
 
@@ -311,7 +330,9 @@ def preparation_key(config: DgdConfig) -> tuple[Any, ...]:
     if config.mode is DgdMode.SOUND:
         key += (config.epsilon, config.queries, config.query_share, config.noise_scale,
                 json.dumps(parts["dp_baseline"], sort_keys=True),
-                json.dumps(parts["dp_sgd"], sort_keys=True))
+                json.dumps(parts["dp_sgd"], sort_keys=True),
+                json.dumps(parts["sound_generator"], sort_keys=True),
+                json.dumps(parts["statistics"], sort_keys=True))
     return key
 
 
@@ -353,6 +374,7 @@ class Prepared:
     codes: torch.Tensor = dataclasses.field(repr=False)
     probabilities: torch.Tensor = dataclasses.field(repr=False)
     dp_sgd: DpSgdPlan | None
+    statistics: ReferenceStatistics | None = dataclasses.field(repr=False)
     seconds: dict[str, float]
 
 
@@ -397,19 +419,27 @@ def check_shards(config: DgdConfig, images: np.ndarray) -> None:
 
 def prepare(config: DgdConfig, *, data: LoadedData, device: torch.device | str | None = None,
             ledger: Ledger | None = None, plan: RunPlan | None = None,
-            ensemble: EnsembleStage | None = None, progress: bool = False) -> Prepared:
+            rng: np.random.Generator | None = None, ensemble: EnsembleStage | None = None,
+            progress: bool = False) -> Prepared:
     """Ensemble, baseline, generator, synthetic set and VAE (sound mode: charging first).
 
+    In sound mode the DP-SGD baseline is charged and trained, then feature statistics are
+    released through it (charged; Gaussian noise from ``rng``), then the generator is fitted to
+    the baseline's outputs and those statistics.
+
     Raises:
-        ValueError: In sound mode without ``ledger`` and ``plan`` (from :func:`check_run`), or
-            an ``ensemble`` made for another config.
+        ValueError: In sound mode without ``ledger``, ``plan`` (from :func:`check_run`) and
+            ``rng``, or an ``ensemble`` made for another config.
     """
     device = resolve_device(device)
     dataset = data.dataset
     timer = StageTimer(verbose=progress)
-    if config.mode is DgdMode.SOUND and (ledger is None or plan is None or plan.dp_sgd is None):
-        raise ValueError("sound mode: prepare needs the run's ledger and the plan from "
-                         "check_run (the DP-SGD baseline is charged before it exists)")
+    if config.mode is DgdMode.SOUND and (ledger is None or plan is None or plan.dp_sgd is None
+                                         or rng is None):
+        raise ValueError("sound mode: prepare needs the run's ledger, the plan from check_run "
+                         "and the noise rng (the DP-SGD baseline and the statistics are "
+                         "charged before they exist)")
+    statistics: FeatureStatistics | None = None
     if ensemble is None:
         ensemble = prepare_ensemble(config, data=data, device=device, progress=progress)
     elif ensemble.key != ensemble_key(config):
@@ -422,6 +452,15 @@ def prepare(config: DgdConfig, *, data: LoadedData, device: torch.device | str |
                 teacher=config.dp_baseline, config=config.dp_sgd, plan=plan.dp_sgd,
                 ledger=ledger, seed=config.seed, device=device, progress=progress)
         baseline, accuracy = dp.model, dp.test_accuracy
+        mechanism = statistics_release(config)
+        if mechanism is not None:
+            with timer.stage("statistics"):
+                reference = release_feature_statistics(
+                    baseline, dataset.train_images, config=config.statistics,
+                    mechanism=mechanism, ledger=ledger, rng=rng, device=device,
+                    label=f"feature statistics through the DP baseline (Gaussian, sigma / C = "
+                          f"{mechanism.sigma / config.statistics.clip_norm:.6g})")
+            statistics = FeatureStatistics(baseline, reference)
     else:
         with timer.stage("baseline"):
             trained = train_teacher(
@@ -432,9 +471,10 @@ def prepare(config: DgdConfig, *, data: LoadedData, device: torch.device | str |
     baseline.eval()
     with timer.stage("generator"):
         trainer = GeneratorTrainer(baseline, image_shape=dataset.image_shape,
-                                   num_classes=dataset.num_classes, config=config.generator,
-                                   seed=config.seed + 1, device=device)
-        trainer.train(config.generator.steps, progress=progress)
+                                   num_classes=dataset.num_classes,
+                                   config=config.active_generator, seed=config.seed + 1,
+                                   device=device, statistics=statistics)
+        trainer.train(config.active_generator.steps, progress=progress)
         generator = trainer.result()
     with timer.stage("synthetic"):
         latents = torch.Generator().manual_seed(config.seed + 2)
@@ -457,6 +497,7 @@ def prepare(config: DgdConfig, *, data: LoadedData, device: torch.device | str |
                     baseline_accuracy=accuracy, generator=generator, synthetic=synthetic,
                     vae=vae, codes=codes, probabilities=probabilities,
                     dp_sgd=None if plan is None else plan.dp_sgd,
+                    statistics=None if statistics is None else statistics.reference,
                     seconds=seconds)
 
 
@@ -532,6 +573,8 @@ class DgdResult:
                           "steps": self.generator.steps},
             "vae_loss": self.vae_loss,
             "student_loss": self.student_loss,
+            "statistics": _statistics_record(config),
+            "distillation_weight": config.active_distillation_weight,
             "dp_sgd": None if plan is None else {
                 "noise_multiplier": plan.noise_multiplier, "steps": plan.steps,
                 "epochs": plan.epochs, "batch_size": plan.schedule.batch_size,
@@ -549,6 +592,15 @@ class DgdResult:
             "command": command,
             "provenance": provenance(),
         }
+
+
+def _statistics_record(config: DgdConfig) -> dict[str, Any] | None:
+    mechanism = statistics_release(config)
+    if mechanism is None:
+        return None
+    return {"epsilon": mechanism.epsilon, "delta": mechanism.delta,
+            "clip_norm": config.statistics.clip_norm, "sigma": mechanism.sigma,
+            "pixel_statistics": config.statistics.pixel_statistics}
 
 
 def _charge_record(ledger: Ledger, start: int) -> tuple[dict[str, Any], ...]:
@@ -620,7 +672,7 @@ def run(config: DgdConfig, *, ledger: Ledger, rng: np.random.Generator,
         ledger.charge(_dp.NonPrivateDpEvent(), label=NOT_PRIVATE_REASON)
     if prepared is None:
         prepared = prepare(config, data=data, device=device, ledger=ledger, plan=plan,
-                           ensemble=ensemble, progress=progress)
+                           rng=rng, ensemble=ensemble, progress=progress)
     timer = StageTimer(verbose=progress)
     mechanism = query_mechanism(config, num_classes)
     with timer.stage("queries"):
@@ -641,13 +693,16 @@ def run(config: DgdConfig, *, ledger: Ledger, rng: np.random.Generator,
             data_dependent.compose(mechanism.event_with_votes(row))
         epsilon_dd = float(data_dependent.get_epsilon(config.delta))
     with timer.stage("student"):
+        rest = torch.from_numpy(unlabelled).to(prepared.synthetic.device)
         student = train_tnar_student(
             images, labels,
             codes=prepared.codes[torch.from_numpy(unlabelled).to(prepared.codes.device)],
             vae=prepared.vae.vae,
             num_classes=num_classes, config=config.student,
             test_images=_float_images(dataset.test_images).to(prepared.synthetic.device),
-            test_labels=dataset.test_labels, seed=config.seed + 4, progress=progress)
+            test_labels=dataset.test_labels, seed=config.seed + 4,
+            soft_images=prepared.synthetic[rest], soft_targets=prepared.probabilities[rest],
+            distillation_weight=config.active_distillation_weight, progress=progress)
     published = dgd_published_epsilon(mechanism.epsilon, queries, config.delta)
     if config.mode is DgdMode.PUBLISHED:
         epsilon, record_level, record_level_pld = published, math.inf, None

@@ -32,7 +32,15 @@ from dpkd_audit.pipelines.common.tnar import (
 )
 from dpkd_audit.pipelines.common.vae import ConvVae
 
-__all__ = ["TnarConfig", "TnarStudentResult", "train_tnar_student"]
+__all__ = ["TnarConfig", "TnarStudentResult", "soft_cross_entropy", "train_tnar_student"]
+
+
+def soft_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean over the batch of -sum_k t_k log softmax(logits)_k (targets rows sum to 1).
+
+    Equal to KL(t || p) + H(t): the gradient in the logits is that of the KL divergence.
+    """
+    return -(targets * F.log_softmax(logits, dim=1)).sum(dim=1).mean()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -116,6 +124,9 @@ def _accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> f
 def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: torch.Tensor,
                        vae: ConvVae, num_classes: int, config: TnarConfig,
                        test_images: torch.Tensor, test_labels: np.ndarray, seed: int,
+                       soft_images: torch.Tensor | None = None,
+                       soft_targets: torch.Tensor | None = None,
+                       distillation_weight: float = 0.0,
                        evaluate_every: int = 100, progress: bool = True) -> TnarStudentResult:
     """Train DGD's student (see the module docstring).
 
@@ -129,11 +140,26 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
         test_images: Float test images ``(m, 1, h, w)`` on the device (evaluation only).
         test_labels: Their labels.
         seed: Seed (>= 0) of initialisation, mini-batches and probes.
+        soft_images: Images ``(U', 1, h, w)`` of a distillation term (not in the paper; DGD's
+            sound variant: the unlabelled synthetic images), same device.
+        soft_targets: Their target distributions ``(U', classes)`` (the DP baseline's softmax).
+        distillation_weight: Weight (>= 0) of :func:`soft_cross_entropy` on a batch of
+            ``soft_images`` per step (``unlabelled_batch_size`` of them); 0: no term.
         evaluate_every: Test accuracy every this many steps (for the curve).
         progress: A tqdm bar over steps.
     """
     start = time.perf_counter()
     _validate.check_int("seed", seed, minimum=0)
+    if isinstance(distillation_weight, bool) or not isinstance(distillation_weight, int | float) \
+            or not math.isfinite(distillation_weight) or distillation_weight < 0:
+        raise ValueError(f"distillation_weight must be a finite real number >= 0; got "
+                         f"{distillation_weight!r}")
+    distil = distillation_weight > 0
+    if distil and (soft_images is None or soft_targets is None
+                   or soft_images.shape[0] != soft_targets.shape[0]
+                   or soft_images.shape[0] < 1):
+        raise ValueError("distillation_weight > 0 needs soft_images and soft_targets with the "
+                         "same number (>= 1) of rows")
     device = labelled.device
     rng = torch.Generator().manual_seed(seed)
     model = build_student(tuple(labelled.shape[2:]), num_classes, config.width,
@@ -155,18 +181,27 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
         x = labelled[index.to(device)]
         if config.augment:
             x = augment_batch(x, rng, augment)
+        # One forward pass over every batch of the step, so BatchNorm normalises (and tracks)
+        # labelled, unlabelled and distilled images with the same statistics.
+        parts = [x]
         if config.regularized:
-            # One forward pass over labelled and unlabelled images, so BatchNorm normalises
-            # (and tracks) both with the same statistics.
             pick = torch.randint(codes.shape[0], (config.unlabelled_batch_size,), generator=rng)
             z = codes[pick.to(device)]
             with torch.no_grad():
                 x_u = vae.decode(z)
-            logits, logits_u = model(torch.cat([x, x_u])).split([x.shape[0], x_u.shape[0]])
-        else:
-            logits = model(x)
+            parts.append(x_u)
+        if distil:
+            soft_pick = torch.randint(soft_images.shape[0], (config.unlabelled_batch_size,),
+                                      generator=rng).to(device)
+            parts.append(soft_images[soft_pick])
+        outputs = model(torch.cat(parts)).split([p.shape[0] for p in parts])
+        logits = outputs[0]
+        logits_u = outputs[1] if config.regularized else None
         terms = {"cross_entropy": F.cross_entropy(logits, y[index.to(device)])}
         loss = terms["cross_entropy"]
+        if distil:
+            terms["distillation"] = soft_cross_entropy(outputs[-1], soft_targets[soft_pick])
+            loss = loss + distillation_weight * terms["distillation"]
         if config.regularized:
             if config.tangent_weight > 0 or config.normal_weight > 0:
                 basis = tangent_basis(vae.decode, z)
