@@ -287,6 +287,26 @@ def test_published_run_charges_every_query_before_its_label(digits, monkeypatch)
     assert "dp_feature_statistics" not in record["generator"]["loss_terms"]
 
 
+def test_latent_code_perturbation_is_charged_per_synthetic_image_not_per_record(digits):
+    config = tiny(latent_epsilon=0.5)
+    ledger = ledger_for(config)
+    result = run(config, ledger=ledger, rng=label_rng(config), progress=False)
+    record = result.to_record()
+    eps0 = 2.0 / config.noise_scale
+    assert record["epsilon_published"] == pytest.approx(
+        dgd_published_epsilon(eps0, config.queries, config.delta) + 0.5)
+    assert record["epsilon_latent"] == 0.5 and "synthetic image" in record["latent_unit"]
+    assert [c["label"] for c in record["latent_charges"]] == [
+        record["latent_charges"][0]["label"]]
+    assert record["latent_charges"][0]["label"].startswith(
+        f"latent codes of {config.synthetic - config.queries} synthetic images")
+    # the record-level ledger holds the non-private step and the queries only
+    assert len(ledger.charges()) == 1 + config.queries
+    baseline = run(tiny(), ledger=ledger_for(tiny()), rng=label_rng(tiny()), progress=False)
+    assert baseline.to_record()["epsilon_latent"] is None
+    assert baseline.to_record()["latent_charges"] == []
+
+
 def test_confident_selection_is_class_balanced_and_most_confident():
     rng = torch.Generator().manual_seed(0)
     probabilities = torch.softmax(3 * torch.randn(500, 4, generator=rng), dim=1)
@@ -350,6 +370,7 @@ def test_published_refused_by_a_finite_ledger_before_any_work(digits):
     ({"queries": 400, "synthetic": 300}, "synthetic"),
     ({"noise_scale": 0.0}, "noise_scale"),
     ({"distillation_weight": -1.0}, "distillation_weight"),
+    ({"latent_epsilon": 0.0}, "latent_epsilon"),
     ({"distillation_weight": math.nan}, "distillation_weight"),
     ({"statistics": StatisticsConfig(epsilon_share=0.0)}, "sound_generator.beta > 0 needs"),
     ({"generator": GeneratorConfig(beta=10.0)}, "generator.beta must be 0"),

@@ -59,7 +59,8 @@ def _config(args: argparse.Namespace, *, mode: str, queries: int | None,
     if args.distillation_weight is not None and "sound" not in getattr(args, "modes", [mode]):
         raise ValueError("--distillation-weight applies to sound runs only (published runs use "
                          "the paper's student)")
-    for name in ("noise_scale", "query_share", "synthetic", "selection", "distillation_weight"):
+    for name in ("noise_scale", "query_share", "synthetic", "selection", "distillation_weight",
+                 "latent_epsilon"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     config = DgdConfig.preset_config(args.preset, **overrides)
@@ -196,6 +197,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="sound mode: weight of the DP baseline's soft labels on the unlabelled "
                         "synthetic images in the student's loss (default 1; 0: the paper's "
                         "student)")
+    p.add_argument("--latent-epsilon", type=positive_float,
+                   help="the paper's optional latent-code perturbation eps1 (0.01 in its "
+                        "experiments; off by default): protects one synthetic image, not a "
+                        "record, and is added to the published epsilon only")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--quiet", action="store_true", help="no progress bars or stage messages")

@@ -87,6 +87,14 @@ class DgdConfig:
             (``selection``), the rest is the unlabelled set of the TNAR terms.
         vae: The VAE (latent 32).
         student: The student and its TNAR training.
+        latent_epsilon: The paper's optional latent-code perturbation (Sec. III-E, its eps1;
+            0.01 in its experiments): the VAE codes of the unlabelled synthetic images are
+            clipped to [-1, 1]^c and released by
+            :class:`~dpkd_audit.mechanisms.LatentCodeLaplace` (scale 2c / eps1) before the
+            student reconstructs them. ``None`` (default): off. It protects one *synthetic
+            image*, not a private record: it is charged to its own synthetic-image-level
+            ledger, added to the published epsilon as the paper does, and never to the
+            record-level figure.
         seed: Seed (>= 0) of every model, the shards' key and the latents.
         preset: The preset this config came from (recorded).
     """
@@ -115,6 +123,7 @@ class DgdConfig:
         default_factory=lambda: GeneratorConfig(beta=10.0, activation_weight=0.1))
     statistics: StatisticsConfig = dataclasses.field(default_factory=StatisticsConfig)
     distillation_weight: float = 1.0
+    latent_epsilon: float | None = None
     synthetic: int = 60000
     vae: VaeConfig = dataclasses.field(default_factory=VaeConfig)
     student: TnarConfig = dataclasses.field(default_factory=TnarConfig)
@@ -180,6 +189,9 @@ class DgdConfig:
             raise ValueError(f"synthetic must be >= queries + 2 = {self.queries + 2} (the "
                              f"queries are drawn from the synthetic set); got "
                              f"{self.synthetic}")
+        if self.latent_epsilon is not None:
+            object.__setattr__(self, "latent_epsilon",
+                               _validate.check_epsilon(self.latent_epsilon, "latent_epsilon"))
         _validate.check_int("seed", self.seed, minimum=0)
 
     @property

@@ -21,7 +21,9 @@ DGD paper (NOTES, "DGD"), Sec. III and IV:
 Accounting in the record:
 
 - ``epsilon_published``: the paper's figure for the queries, Q eps0^2 + eps0 sqrt(-2 Q ln delta)
-  (:func:`~dpkd_audit.accountants.advanced.dgd_published_epsilon`; 5.80 at 400 queries);
+  (:func:`~dpkd_audit.accountants.advanced.dgd_published_epsilon`; 5.80 at 400 queries),
+  plus eps1 when the optional latent-code perturbation is on (``latent_epsilon``; the paper's
+  total, Sec. III-E), which protects one synthetic image and is charged to its own ledger;
   ``epsilon_queries_rdp`` / ``epsilon_queries_pld``: the same queries by RDP and PLD,
   data-independent (a sound figure for the queries alone); ``epsilon_data_dependent``: PATE's
   data-dependent analysis of the actual vote histograms
@@ -65,7 +67,7 @@ from dpkd_audit.accountants.rdp import RDPAccountant
 from dpkd_audit.errors import BudgetExceededError
 from dpkd_audit.events import event_to_json
 from dpkd_audit.ledger import Ledger
-from dpkd_audit.mechanisms import Gaussian, LaplaceNoisyMax
+from dpkd_audit.mechanisms import Gaussian, LaplaceNoisyMax, LatentCodeLaplace
 from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.dp_statistics import (
     FeatureStatistics,
@@ -96,6 +98,7 @@ from dpkd_audit.provenance import provenance
 
 __all__ = [
     "DATA_DEPENDENT_RELEASE",
+    "LATENT_UNIT",
     "METHOD",
     "NOT_PRIVATE_REASON",
     "PREPARED_STAGES",
@@ -140,6 +143,13 @@ DATA_DEPENDENT_RELEASE = (
     "histograms, and LNMax has no smooth-sensitivity release (PATE 2018 gives one for GNMax "
     "only); shown for comparison with the paper, the record-level figures do not use it")
 
+
+#: What the latent-code perturbation protects (stored in the record when it is on).
+LATENT_UNIT = (
+    "the paper's generative budget eps1: Laplace noise on the VAE codes of synthetic images "
+    "protects one synthetic image (the unit of its Theorem), not a private record; charged to "
+    "a synthetic-image-level ledger, added to epsilon_published as the paper does, and not part "
+    "of the record-level figure")
 
 #: Why a sound record leaves out the ensemble's accuracies and the data-dependent epsilon.
 WITHHELD = (
@@ -529,6 +539,7 @@ class DgdResult:
     seconds: dict[str, float]
     device: str
     charges: tuple[dict[str, Any], ...]
+    latent_charges: tuple[dict[str, Any], ...] = ()
     shared_stages: tuple[str, ...] = ()
 
     def to_record(self, *, command: str | None = None) -> dict[str, Any]:
@@ -574,6 +585,9 @@ class DgdResult:
             "vae_loss": self.vae_loss,
             "student_loss": self.student_loss,
             "statistics": _statistics_record(config),
+            "epsilon_latent": config.latent_epsilon,
+            "latent_unit": None if config.latent_epsilon is None else LATENT_UNIT,
+            "latent_charges": list(self.latent_charges),
             "distillation_weight": config.active_distillation_weight,
             "dp_sgd": None if plan is None else {
                 "noise_multiplier": plan.noise_multiplier, "steps": plan.steps,
@@ -692,18 +706,30 @@ def run(config: DgdConfig, *, ledger: Ledger, rng: np.random.Generator,
         for row in votes:
             data_dependent.compose(mechanism.event_with_votes(row))
         epsilon_dd = float(data_dependent.get_epsilon(config.delta))
+    codes = prepared.codes[torch.from_numpy(unlabelled).to(prepared.codes.device)]
+    latent_charges: tuple[dict[str, Any], ...] = ()
+    if config.latent_epsilon is not None:
+        latent = LatentCodeLaplace(epsilon=config.latent_epsilon, latent_dim=codes.shape[1])
+        image_ledger = Ledger(epsilon=math.inf, unbounded=True, accountant=PureAccountant())
+        noisy = latent.release(codes.detach().cpu().numpy().astype(np.float64), rng=rng,
+                               ledger=image_ledger,
+                               label=f"latent codes of {codes.shape[0]} synthetic images "
+                                     f"(Laplace scale {latent.scale:g}; per synthetic image)")
+        codes = torch.from_numpy(np.asarray(noisy, dtype=np.float32)).to(codes.device)
+        latent_charges = _charge_record(image_ledger, 0)
     with timer.stage("student"):
         rest = torch.from_numpy(unlabelled).to(prepared.synthetic.device)
         student = train_tnar_student(
             images, labels,
-            codes=prepared.codes[torch.from_numpy(unlabelled).to(prepared.codes.device)],
+            codes=codes,
             vae=prepared.vae.vae,
             num_classes=num_classes, config=config.student,
             test_images=_float_images(dataset.test_images).to(prepared.synthetic.device),
             test_labels=dataset.test_labels, seed=config.seed + 4,
             soft_images=prepared.synthetic[rest], soft_targets=prepared.probabilities[rest],
             distillation_weight=config.active_distillation_weight, progress=progress)
-    published = dgd_published_epsilon(mechanism.epsilon, queries, config.delta)
+    published = dgd_published_epsilon(mechanism.epsilon, queries, config.delta) \
+        + (config.latent_epsilon or 0.0)
     if config.mode is DgdMode.PUBLISHED:
         epsilon, record_level, record_level_pld = published, math.inf, None
         reason: str | None = NOT_PRIVATE_REASON
@@ -730,4 +756,5 @@ def run(config: DgdConfig, *, ledger: Ledger, rng: np.random.Generator,
         shard_sizes=(min(sizes), max(sizes)), generator=prepared.generator,
         vae_loss=prepared.vae.loss_terms, student_loss=student.loss_terms,
         accuracy_curve=student.curve, dp_sgd=prepared.dp_sgd, seconds=seconds,
-        device=describe_device(device), charges=_charge_record(ledger, charged_before))
+        device=describe_device(device), charges=_charge_record(ledger, charged_before),
+        latent_charges=latent_charges)
