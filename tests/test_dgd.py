@@ -72,6 +72,8 @@ def tiny(**overrides):
                                         activation_weight=0.1),
         vae=VaeConfig(width=4, steps=10, batch_size=32),
         student=TnarConfig(width=4, steps=6, batch_size=16, unlabelled_batch_size=8),
+        sound_student=TnarConfig(width=4, steps=6, batch_size=16, unlabelled_batch_size=8,
+                                 tangent_weight=0.0, normal_weight=0.0, entropy_weight=0.0),
         baseline=TeacherConfig(architecture="vgg", width=4, training=StudentConfig(
             epochs=1, batch_size=64, learning_rate=0.1, label_smoothing=0.0, augment=False)),
         dp_sgd=DpSgdConfig(epochs=1, batch_size=128, learning_rate=0.5))
@@ -346,6 +348,10 @@ def test_sound_run_record_level_epsilon_is_the_ledgers(digits):
     assert len(labels) == 2 + plan.queries
     assert record["statistics"]["epsilon"] == pytest.approx(0.1 * 8.0)
     assert record["distillation_weight"] == 1.0 and "distillation" in record["student_loss"]
+    # the sound student: no TNAR terms by default (the published one keeps the paper's)
+    assert "tangent" not in record["student_loss"]
+    assert record["config"]["sound_student"]["tangent_weight"] == 0.0
+    assert record["config"]["student"]["tangent_weight"] == 1.0
     assert record["epsilon_queries_rdp"] <= 0.5 * 8.0 + 1e-9
     # figures of the teachers without noise are withheld from a sound record
     assert record["teacher_accuracy_mean"] is None

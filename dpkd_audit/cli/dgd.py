@@ -39,12 +39,14 @@ private to publish) are in each record. It is not a record-level guarantee: the 
 classifier saw the private records without noise and the generator, the synthetic set, the VAE
 and the student's unlabelled training all derive from it, so the record-level epsilon is
 infinite (the ledger holds a `NonPrivateDpEvent`). In `sound` rows, epsilon is the record-level
-(epsilon, delta = 1e-5) guarantee of the whole run: the baseline is trained with DP-SGD and the
-queries are LNMax releases, both charged to one ledger under add/remove-one neighbours (RDP; the
-PLD figure is in the record), and the generator sees only the DP baseline. Sound records leave
-out the figures computed from the teachers without noise (their accuracies, the data-dependent
-epsilon). The two kinds of epsilon are not comparable: the plot puts them on one axis only for
-compactness.
+(epsilon, delta = 1e-5) guarantee of the whole run: the baseline is trained with DP-SGD, feature
+statistics for the generator are released through it by the Gaussian mechanism, and the
+queries are LNMax releases, all charged to one ledger under add/remove-one neighbours (RDP; the
+PLD figure is in the record); the generator, the synthetic set, the VAE and the student's
+distillation from the DP baseline are post-processing. The *published eps* of a sound row is
+the paper's formula for its queries alone. Sound records leave out the figures computed from
+the teachers without noise (their accuracies, the data-dependent epsilon). The two kinds of
+epsilon are not comparable: the plot puts them on one axis only for compactness.
 """
 
 
@@ -70,7 +72,8 @@ def _config(args: argparse.Namespace, *, mode: str, queries: int | None,
     if args.ensemble_steps is not None:
         config = replace(config, ensemble=replace(config.ensemble, steps=args.ensemble_steps))
     if args.student_steps is not None:
-        config = replace(config, student=replace(config.student, steps=args.student_steps))
+        config = replace(config, student=replace(config.student, steps=args.student_steps),
+                         sound_student=replace(config.sound_student, steps=args.student_steps))
     return apply_generator_arguments(config, args, mode=mode)
 
 

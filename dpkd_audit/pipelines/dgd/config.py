@@ -86,7 +86,11 @@ class DgdConfig:
         synthetic: Size of the synthetic set (>= queries + 2): the queries are drawn from it
             (``selection``), the rest is the unlabelled set of the TNAR terms.
         vae: The VAE (latent 32).
-        student: The student and its TNAR training.
+        student: The student of ``published`` mode and its TNAR training (the paper's).
+        sound_student: The student of ``sound`` mode (the sound variant's choice; not in the
+            paper): no TNAR or entropy terms and 3,000 steps by default, because at our
+            scale the paper's terms cost accuracy (``benchmarks/dgd_synthetic.py``); with
+            ``distillation_weight`` it distils the DP baseline on the unlabelled images.
         latent_epsilon: The paper's optional latent-code perturbation (Sec. III-E, its eps1;
             0.01 in its experiments): the VAE codes of the unlabelled synthetic images are
             clipped to [-1, 1]^c and released by
@@ -127,6 +131,8 @@ class DgdConfig:
     synthetic: int = 60000
     vae: VaeConfig = dataclasses.field(default_factory=VaeConfig)
     student: TnarConfig = dataclasses.field(default_factory=TnarConfig)
+    sound_student: TnarConfig = dataclasses.field(default_factory=lambda: TnarConfig(
+        steps=3000, tangent_weight=0.0, normal_weight=0.0, entropy_weight=0.0))
     seed: int = 0
     preset: Preset = Preset.PAPER
 
@@ -161,7 +167,7 @@ class DgdConfig:
                            ("generator", GeneratorConfig),
                            ("sound_generator", GeneratorConfig),
                            ("statistics", StatisticsConfig), ("vae", VaeConfig),
-                           ("student", TnarConfig)):
+                           ("student", TnarConfig), ("sound_student", TnarConfig)):
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"{name} must be a {kind.__name__}; got "
                                  f"{type(getattr(self, name)).__name__}")
@@ -203,6 +209,11 @@ class DgdConfig:
     def active_generator(self) -> GeneratorConfig:
         """The generator this mode fits."""
         return self.generator if self.mode is DgdMode.PUBLISHED else self.sound_generator
+
+    @property
+    def active_student(self) -> TnarConfig:
+        """The student this mode trains."""
+        return self.student if self.mode is DgdMode.PUBLISHED else self.sound_student
 
     @property
     def active_distillation_weight(self) -> float:
@@ -255,6 +266,9 @@ class DgdConfig:
             "vae": VaeConfig(width=16, steps=200 if digits else 500),
             "student": TnarConfig(width=16, steps=200 if digits else 400, batch_size=64,
                                   unlabelled_batch_size=64),
+            "sound_student": TnarConfig(width=16, steps=300 if digits else 3000, batch_size=64,
+                                        unlabelled_batch_size=64, tangent_weight=0.0,
+                                        normal_weight=0.0, entropy_weight=0.0),
             "preset": Preset.SMALL,
         }
         if overrides.get("mode") in (DgdMode.SOUND, "sound") and "queries" not in overrides:
