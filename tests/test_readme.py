@@ -47,7 +47,7 @@ def test_readme_library_snippet_runs(tmp_path, monkeypatch):
 _END = "<!-- end of generated results -->\n"
 
 
-@pytest.mark.parametrize(("method", "minimum"), [("rknn", 4), ("dpdfd", 4)])
+@pytest.mark.parametrize(("method", "minimum"), [("rknn", 4), ("dpdfd", 4), ("dgd", 2)])
 def test_readme_results_section_is_rendered_from_the_committed_records(monkeypatch, method,
                                                                        minimum):
     from dpkd_audit.reports import results_overview

@@ -594,3 +594,19 @@ def test_runs_with_different_label_counts_are_never_averaged():
     assert "58.00" in table and "95.00" in table and "seeds 0, 0" not in table
     with pytest.raises(ValueError, match="labels"):
         validate_record(_record(1.0, 0.9, labels=0))
+
+
+def test_query_counts_are_read_where_labels_are_absent():
+    records = [_record(1.314, 0.10, method="dgd", mode="published", queries=27, clusters=None,
+                       k=None, representation=None),
+               _record(11.9, 0.12, method="dgd", mode="published", queries=1300,
+                       clusters=None, k=None, representation=None)]
+    table = markdown_table(records)
+    assert "| small / Q=27 |" in table and "| small / Q=1300 |" in table
+    # DGD's paper figures are matched by query count (its eps comes from PATE's analysis)
+    rows = {line.split("|")[4].strip(): line for line in table.splitlines()
+            if line.startswith("| dgd")}
+    assert "| 10.00 | 73.60 |" in rows["small / Q=27"]
+    assert "| 12.00 | 97.40 |" in rows["small / Q=1300"]
+    with pytest.raises(ValueError, match="queries"):
+        validate_record(_record(1.0, 0.9, queries=0))

@@ -16,7 +16,8 @@ Record keys (see the shared ARCHITECTURE "Pipelines"):
   (> 0, may be infinite), ``epsilon_record_level`` (> 0; infinity may be written as
   ``Infinity``, the string ``"inf"`` or JSON ``null``, since strict JSON has no infinity: **null
   means infinite (not DP)** for this key only), ``delta`` (in [0, 1)), ``clusters``, ``k``,
-  ``labels`` (labels or queries released; integers >= 1), ``seed`` (integer),
+  ``labels`` (labels or queries released; integers >= 1; ``queries`` is read where
+  ``labels`` is absent), ``seed`` (integer),
   ``representation``, ``preset``, ``device`` (strings), ``seconds`` (a number, or a mapping of
   stage to seconds whose ``"total"`` is used; without ``"total"``, the sum of the stages),
   ``shared_stages`` (stages measured once and shared by the runs of a sweep, counted in each)
@@ -55,6 +56,7 @@ __all__ = [
     "SETUP_KEYS",
     "Metric",
     "load_records",
+    "setup_value",
     "validate_record",
 ]
 
@@ -190,7 +192,7 @@ def validate_record(record: Any, *, where: str = "record") -> dict[str, Any]:
                               null_is_inf=True)
         if record.get("delta") is not None:
             check_delta(record["delta"])
-        for key in ("clusters", "k", "labels"):
+        for key in ("clusters", "k", "labels", "queries"):
             if record.get(key) is not None:
                 check_int(key, record[key], minimum=1)
         if record.get("seed") is not None:
@@ -300,10 +302,20 @@ def _checked(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [validate_record(r, where=f"records[{i}]") for i, r in enumerate(records)]
 
 
+def setup_value(record: Mapping[str, Any], key: str) -> Any:
+    """A record's value of one of :data:`SETUP_KEYS`.
+
+    ``labels`` falls back to ``queries`` (DGD's records name the labels they release so).
+    """
+    if key == "labels" and record.get("labels") is None:
+        return record.get("queries")
+    return record.get(key)
+
+
 def _aggregate(records: Sequence[Mapping[str, Any]]) -> list[_Point]:
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for r in records:
-        setup = tuple(r.get(key) for key in SETUP_KEYS)
+        setup = tuple(setup_value(r, key) for key in SETUP_KEYS)
         key = (r["method"], r["dataset"], r["mode"], setup, float(f"{float(r['epsilon']):.12g}"))
         groups.setdefault(key, []).append(r)
     points = []

@@ -75,8 +75,12 @@ def _runs(point: _Point) -> str:
 
 
 def _paper_cell(point: _Point, refs: Sequence[PaperReference]) -> str:
-    found = [ref for ref in refs if ref.matches(method=point.method, dataset=point.dataset,
-                                                mode=point.mode, epsilon=point.epsilon)]
+    labels = dict(zip(SETUP_KEYS, point.setup, strict=True))["labels"]
+    found = [ref for ref in refs
+             if ref.matches(method=point.method, dataset=point.dataset, mode=point.mode)
+             and (ref.labels == labels if ref.labels is not None
+                  else ref.matches(method=point.method, dataset=point.dataset,
+                                   mode=point.mode, epsilon=point.epsilon))]
     found.sort(key=lambda ref: (ref.clusters or 0, ref.k or 0, ref.test_accuracy))
     parts = []
     for ref in found:
@@ -142,7 +146,8 @@ def markdown_table(records: Sequence[Mapping[str, Any]], *,
     * ``runs``: the number of records with their seeds.
     * accuracies: in %, 2 decimals; with several runs ``"mean (min–max)"``; ``"-"`` if absent.
     * ``paper test acc (%)``: the reference's test accuracy (2 decimals, with ``s=`` when the
-      paper states it) for the same method, dataset, mode and epsilon, ``"-"`` if none.
+      paper states it) for the same method, dataset, mode and epsilon (or, for a reference
+      that states its label count, the same labels / queries), ``"-"`` if none.
     * ``seconds``: mean total wall-clock seconds per run, 1 decimal, followed by
       :data:`PARTIAL_SECONDS_MARK` when a record of the row times fewer stages than other
       records of its method and mode in the table (so its seconds are not comparable;
