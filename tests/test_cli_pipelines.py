@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -157,16 +158,35 @@ def test_clusters_help_states_each_presets_default(capsys, command):
     assert f"{small['mnist']} for mnist" in help_text
 
 
-def test_results_prints_the_overview_of_saved_records(tmp_path, capsys):
-    from dpkd_audit.reports import results_overview
-
-    folder = tmp_path / "a"
-    folder.mkdir()
+def _saved_record(folder: Path) -> Path:
+    folder.mkdir(parents=True)
     record = {"method": "rknn", "dataset": "mnist", "mode": "central", "epsilon": 0.1,
               "test_accuracy": 0.9}
     (folder / "results.jsonl").write_text(json.dumps(record) + "\n")
+    return folder
+
+
+def test_results_prints_the_overview_of_saved_records(tmp_path, capsys):
+    from dpkd_audit.reports import results_overview
+
+    folder = _saved_record(tmp_path / "a")
     assert main(["results", str(folder)]) == 0
     out = capsys.readouterr().out
     assert out == results_overview([folder]) and "| rknn | mnist | central |" in out
     assert main(["results", str(tmp_path / "none.jsonl")]) == 2
     assert "none.jsonl" in capsys.readouterr().err
+
+
+def test_results_skips_folders_of_folders_a_glob_matches(tmp_path, capsys):
+    from dpkd_audit.reports import results_overview
+
+    folder = _saved_record(tmp_path / "a")
+    nested = tmp_path / "ablations"
+    _saved_record(nested / "b")
+    assert main(["results", str(folder), str(nested)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == results_overview([folder])
+    assert f"skipped {nested}" in captured.err
+    # a folder without records on its own is still an error
+    assert main(["results", str(nested)]) == 2
+    assert "no results.jsonl or result.json" in capsys.readouterr().err

@@ -420,7 +420,18 @@ def add_pipeline_parsers(sub: argparse._SubParsersAction) -> None:
 def _cmd_results(args: argparse.Namespace) -> int:
     from dpkd_audit.reports.tables import results_overview
 
-    print(results_overview(args.paths), end="")
+    def holds_records(path: str) -> bool:
+        folder = Path(path)
+        return not folder.is_dir() or any((folder / name).is_file()
+                                          for name in ("results.jsonl", "result.json"))
+
+    # A glob such as reports/dgd/*/ also matches folders of folders (ablations/): skip those
+    # with a note, unless no path holds records at all (then results_overview says why).
+    paths = [p for p in args.paths if holds_records(p)] or args.paths
+    for skipped in sorted(set(args.paths) - set(paths)):
+        print(f"dpkd results: skipped {skipped}: no results.jsonl or result.json in this folder "
+              "(its sub-folders are not read)", file=sys.stderr)
+    print(results_overview(paths), end="")
     return 0
 
 
