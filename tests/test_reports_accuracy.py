@@ -610,3 +610,24 @@ def test_query_counts_are_read_where_labels_are_absent():
     assert "| 12.00 | 97.40 |" in rows["small / Q=1300"]
     with pytest.raises(ValueError, match="queries"):
         validate_record(_record(1.0, 0.9, queries=0))
+
+
+def test_query_counts_one_per_budget_make_one_annotated_line():
+    records = [_record(eps, acc, method="dgd", mode="sound", queries=q, clusters=None, k=None,
+                       representation=None)
+               for eps, acc, q in ((1.0, 0.94, 15), (3.0, 0.95, 105), (10.0, 0.92, 890))]
+    ax = accuracy_figure(records).axes[0]
+    ours = [line for line in ax.lines if line.get_label().startswith("dgd mnist sound")]
+    assert len(ours) == 1 and list(ours[0].get_xdata()) == [1.0, 3.0, 10.0]
+    assert "Q=" not in ours[0].get_label()
+    assert sorted(t.get_text() for t in ax.texts if t.get_text().startswith("Q=")) == [
+        "Q=105", "Q=15", "Q=890"]
+    # two label counts at one epsilon stay two lines (an ablation), named by Q in the legend
+    ablation = [_record(1.0, 0.58, method="dpdfd", mode="published", labels=40000,
+                        clusters=None, k=None, representation=None),
+                _record(1.0, 0.95, method="dpdfd", mode="published", labels=200000,
+                        clusters=None, k=None, representation=None)]
+    ax = accuracy_figure(ablation).axes[0]
+    labels = sorted(line.get_label() for line in ax.lines
+                    if line.get_label().startswith("dpdfd"))
+    assert labels == ["dpdfd mnist published [Q=200000]", "dpdfd mnist published [Q=40000]"]

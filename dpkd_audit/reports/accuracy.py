@@ -71,6 +71,43 @@ __all__ = [
 
 #: Marker shapes, one per series, so that series stay apart where their points coincide.
 _MARKERS: tuple[str, ...] = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+_LABELS = SETUP_KEYS.index("labels")
+
+
+def _series_of(points: Sequence[_Point]) -> tuple[dict[tuple[Any, ...], list[_Point]],
+                                                   set[tuple[str, str, str]],
+                                                   set[tuple[str, str, str]]]:
+    """Points grouped into plotted lines, and which (method, dataset, mode) merge label counts.
+
+    Returns the lines, the triples with a line that merges label counts and the triples whose
+    label counts are kept apart. A line is one setup. Where the label count is the only setup
+    key that varies along a line and it differs at every epsilon (DGD's query counts, one per
+    budget), the points make one line over epsilon annotated with ``Q=``; where two label
+    counts share an epsilon (an ablation), they stay separate lines, never averaged or joined.
+    """
+    def without_labels(p: _Point) -> tuple[Any, ...]:
+        return (*p.triple, p.setup[:_LABELS] + p.setup[_LABELS + 1:])
+
+    groups: dict[tuple[Any, ...], list[_Point]] = {}
+    for p in points:
+        groups.setdefault(without_labels(p), []).append(p)
+    series: dict[tuple[Any, ...], list[_Point]] = {}
+    annotated: set[tuple[str, str, str]] = set()
+    split: set[tuple[str, str, str]] = set()
+    for key, pts in groups.items():
+        labels = {p.setup[_LABELS] for p in pts}
+        epsilons = [p.epsilon for p in pts]
+        if len(labels) > 1 and len(set(epsilons)) == len(epsilons):
+            series[key] = sorted(pts, key=lambda p: p.epsilon)
+            annotated.add(pts[0].triple)
+        else:
+            if len(labels) > 1:
+                split.add(pts[0].triple)
+            for p in pts:
+                series.setdefault(p.series, []).append(p)
+    return series, annotated, split
+
+
 #: Line styles of a mode's setups (first setup solid); label-accuracy curves are dashed.
 _SETUP_LINESTYLES: tuple[Any, ...] = ("-", "-.", ":", (0, (5, 1, 1, 1, 1, 1)))
 #: Largest offset between neighbouring series along x, in decades (0.02: 4.7% of epsilon).
@@ -180,10 +217,10 @@ def accuracy_figure(records: Sequence[Mapping[str, Any]], *,
             else _check_references(references))
 
     points = _aggregate(checked)
+    series, annotated, split = _series_of(points)
     varying = _varying_setup(points)
-    series: dict[tuple[Any, ...], list[_Point]] = {}
-    for p in points:
-        series.setdefault(p.series, []).append(p)
+    for triple in annotated - split:  # the legend need not name Q: the points say it
+        varying[triple] = [i for i in varying[triple] if SETUP_KEYS[i] != "labels"]
 
     palette = list(colormaps["tab10"].colors)
     triple_colors: dict[tuple[str, str, str], Any] = {}
@@ -249,6 +286,11 @@ def accuracy_figure(records: Sequence[Mapping[str, Any]], *,
                 handles.append(ax.errorbar(xs, ys, yerr=[lo, hi], capsize=3, **style))
             else:
                 handles.extend(ax.plot(xs, ys, **style))
+            if triple in annotated and not linestyle:
+                at = {p.epsilon: p for p in pts}
+                for (x, _), xd, y in zip(drawn, xs, ys, strict=True):
+                    ax.annotate(f"Q={at[x].setup[_LABELS]}", (xd, y), textcoords="offset points",
+                                xytext=(4, 6), fontsize=7, color=color_for(triple))
 
     any_paper = False
     ref_groups: dict[tuple[str, str, str], list[PaperReference]] = {}
