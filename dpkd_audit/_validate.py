@@ -87,6 +87,14 @@ def _to_float(name: str, allowed: str, value: Any) -> float:
         raise _fail(name, allowed, value) from exc
 
 
+def check_nonnegative(name: str, value: Any) -> float:
+    """A finite int or float >= 0 (not a bool), e.g. the weight of a loss term."""
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or value < 0:
+        raise _fail(name, "a finite real number >= 0", value)
+    return float(value)
+
+
 def check_positive(name: str, value: Any, *, allow_inf: bool = False) -> float:
     """Return ``value`` as a float if it is a finite real number > 0.
 

@@ -358,6 +358,23 @@ def test_sound_run_record_level_epsilon_is_the_ledgers(digits):
     assert record["epsilon_data_dependent"] is None and record["withheld"]
 
 
+def test_sound_run_never_fits_a_model_without_noise(digits, monkeypatch):
+    """Everything after the DP baseline is post-processing only if no step reads the private
+    data without noise: the non-private fit and the BatchNorm running statistics are never
+    used in sound mode."""
+    from dpkd_audit.pipelines.common import generator
+    from dpkd_audit.pipelines.dgd import pipeline
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a non-private step ran in sound mode")
+
+    monkeypatch.setattr(pipeline, "fit_source", refuse)
+    monkeypatch.setattr(generator.BnStatistics, "__init__", refuse)
+    config = tiny(mode="sound", epsilon=8.0, queries=None)
+    result = run(config, ledger=ledger_for(config), rng=label_rng(config), progress=False)
+    assert result.epsilon_record_level <= 8.0 + 1e-9
+
+
 def test_published_refused_by_a_finite_ledger_before_any_work(digits):
     config = tiny()
     ledger = Ledger(epsilon=100.0, delta=1e-5)

@@ -137,7 +137,7 @@ def test_published_mode_is_refused_by_a_finite_ledger_before_any_work(monkeypatc
     def no_work(*args: object, **kwargs: object) -> None:
         raise AssertionError("work started")
 
-    monkeypatch.setattr(dpdfd.pipeline, "train_teacher", no_work)
+    monkeypatch.setattr(dpdfd.pipeline, "fit_source", no_work)
     monkeypatch.setattr(dpdfd.pipeline, "prepare", no_work)
     config = tiny(mode="published", epsilon=1.0)
     ledger = Ledger(epsilon=1000.0)

@@ -8,19 +8,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from dpkd_audit.cli.arguments import fraction, int_at_least, non_negative_float, positive_float
-from dpkd_audit.cli.paths import output_file
 from dpkd_audit.cli.pipelines import (
-    _command,
-    _out_dir,
-    _write_json,
     add_sweep_grid_arguments,
     apply_generator_arguments,
+    run_single,
     run_sweep,
 )
 
@@ -89,9 +84,7 @@ def _summary(record: Mapping[str, Any]) -> str:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from dpkd_audit.ledger import Ledger
-    from dpkd_audit.pipelines.dgd import check_configs, check_run, label_rng, ledger_for, run
-    from dpkd_audit.provenance import provenance
+    from dpkd_audit.pipelines import dgd
 
     if args.mode == "published" and args.epsilon is not None:
         raise ValueError("--epsilon applies to --mode sound only (the record-level target); "
@@ -99,30 +92,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.mode == "sound" and args.epsilon is None:
         raise ValueError("--mode sound needs --epsilon (the record-level target, > 0)")
     config = _config(args, mode=args.mode, queries=args.queries, epsilon=args.epsilon)
-    data = check_configs([config], data_dir=args.data_dir, progress=not args.quiet)
-    if args.ledger:
-        output_file(args.ledger, "--ledger")
-        ledger = (Ledger.open(args.ledger) if Path(args.ledger).exists()
-                  else ledger_for(config, path=args.ledger))
-        dataset = data[config.dataset].dataset
-        check_run(config, ledger, num_private=dataset.n_train,
-                  num_classes=dataset.num_classes)
-    else:
-        ledger = ledger_for(config)
-    out = _out_dir(args.out)
-    command = _command(args.argv)
-    _write_json(out / "config.json", {"command": command, "argv": args.argv,
-                                      "config": config.to_dict(), "provenance": provenance()})
-    result = run(config, ledger=ledger, rng=label_rng(config), device=args.device,
-                 data=data[config.dataset], progress=not args.quiet)
-    record = result.to_record(command=command)
-    _write_json(out / "result.json", record)
-    if args.json:
-        print(json.dumps(record, indent=2))
-    else:
-        print(_summary(record))
-        print(f"wrote {out / 'result.json'}")
-    return 0
+    return run_single(args, config, pipeline=dgd, summary=_summary)
 
 
 def _point_key(config: Any) -> tuple[Any, ...]:

@@ -465,3 +465,44 @@ def apply_generator_arguments(config: Any, args: argparse.Namespace, *, mode: st
                          sound_generator=replace(config.sound_generator,
                                                  steps=args.generator_steps))
     return config
+
+
+def run_single(args: argparse.Namespace, config: Any, *, pipeline: Any,
+               summary: Callable[[Mapping[str, Any]], str]) -> int:
+    """``dpkd run`` of a DP-DFD or DGD config: check, charge, run, write, print.
+
+    ``pipeline`` is the method's package (``dpkd_audit.pipelines.dpdfd`` or ``.dgd``): its
+    ``check_configs``, ``check_run``, ``ledger_for``, ``label_rng`` and ``run``. A ``--ledger``
+    file (opened, or created for the mode) must be able to pay before any work; without one the
+    run gets a fresh ledger that fits its mode. Writes ``OUT/config.json`` before the run and
+    ``OUT/result.json`` after it.
+    """
+    from dpkd_audit.ledger import Ledger
+    from dpkd_audit.provenance import provenance
+
+    data = pipeline.check_configs([config], data_dir=args.data_dir, progress=not args.quiet)
+    if args.ledger:
+        output_file(args.ledger, "--ledger")
+        ledger = (Ledger.open(args.ledger) if Path(args.ledger).exists()
+                  else pipeline.ledger_for(config, path=args.ledger))
+        # the given ledger (not only a fresh one) must be able to pay, before any work
+        dataset = data[config.dataset].dataset
+        pipeline.check_run(config, ledger, num_private=dataset.n_train,
+                           num_classes=dataset.num_classes)
+    else:
+        ledger = pipeline.ledger_for(config)
+    out = _out_dir(args.out)
+    command = _command(args.argv)
+    _write_json(out / "config.json", {"command": command, "argv": args.argv,
+                                      "config": config.to_dict(), "provenance": provenance()})
+    result = pipeline.run(config, ledger=ledger, rng=pipeline.label_rng(config),
+                          device=args.device, data=data[config.dataset],
+                          progress=not args.quiet)
+    record = result.to_record(command=command)
+    _write_json(out / "result.json", record)
+    if args.json:
+        print(json.dumps(record, indent=2))
+    else:
+        print(summary(record))
+        print(f"wrote {out / 'result.json'}")
+    return 0

@@ -163,10 +163,7 @@ class DistillConfig:
         if not isinstance(self.augment, bool):
             raise ValueError(f"augment must be a bool; got {self.augment!r}")
         for name in ("weight_decay", "entropy_weight"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) \
-                    or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite real number >= 0; got {value!r}")
+            _validate.check_nonnegative(name, getattr(self, name))
         try:
             object.__setattr__(self, "loss", LabelLoss(self.loss))
         except ValueError:

@@ -44,7 +44,7 @@ from torch import nn
 
 from dpkd_audit import _validate
 from dpkd_audit.pipelines.common.devices import resolve_device
-from dpkd_audit.pipelines.common.progress import progress_counter
+from dpkd_audit.pipelines.common.progress import TailMeans, progress_counter
 from dpkd_audit.pipelines.common.teacher import penultimate_features
 
 __all__ = [
@@ -235,10 +235,7 @@ class GeneratorConfig:
         _validate.check_int("batch_size", self.batch_size, minimum=2)
         _validate.check_positive("learning_rate", self.learning_rate)
         for name in ("cross_entropy_weight", "alpha", "beta", "activation_weight"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) \
-                    or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite real number >= 0; got {value!r}")
+            _validate.check_nonnegative(name, getattr(self, name))
 
     @property
     def uses_bn_statistics(self) -> bool:
@@ -377,8 +374,7 @@ class GeneratorTrainer:
         optimizer = torch.optim.Adam(self.generator.parameters(), lr=lr, betas=(0.5, 0.999))
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: 0.5 * (1.0 + math.cos(math.pi * step / steps)))
-        tail = max(1, steps // 10)
-        sums: dict[str, float] = {}
+        sums = TailMeans(steps=steps)
         bar = progress_counter(enabled=progress, desc=desc, total=steps, unit="step")
         config = self.config
         with _frozen(self.teacher):
@@ -395,16 +391,14 @@ class GeneratorTrainer:
                 loss.backward()
                 optimizer.step()
                 schedule.step()
-                if step >= steps - tail:
-                    for name, value in terms.items():
-                        sums[name] = sums.get(name, 0.0) + float(value.detach()) / tail
+                sums.add(step, terms)
                 if step % 20 == 0 or step == steps - 1:
                     bar.set_postfix(loss=f"{float(loss.detach()):.3f}", refresh=False)
                 bar.update(1)
             bar.close()
         self.generator.eval()
         self.steps_taken += steps
-        self.loss_terms = sums
+        self.loss_terms = sums.means
         self.seconds += time.perf_counter() - start
 
     def result(self, *, check_samples: int = 1000) -> GeneratorResult:

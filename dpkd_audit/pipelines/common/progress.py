@@ -10,12 +10,12 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Iterable, Iterator
-from typing import TypeVar
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 
-__all__ = ["StageTimer", "bars_enabled", "progress_bar", "progress_counter"]
+__all__ = ["StageTimer", "TailMeans", "bars_enabled", "progress_bar", "progress_counter"]
 
 T = TypeVar("T")
 
@@ -82,3 +82,27 @@ class StageTimer:
     def total(self) -> float:
         """Sum of all stages."""
         return sum(self.seconds.values())
+
+
+class TailMeans:
+    """Mean of each named loss term over the last 10% of a loop's steps (at least one).
+
+    Example:
+        >>> means = TailMeans(steps=20)
+        >>> for step in range(20):
+        ...     means.add(step, {"loss": float(step)})
+        >>> means.means
+        {'loss': 18.5}
+    """
+
+    def __init__(self, *, steps: int) -> None:
+        self.steps = steps
+        self.tail = max(1, steps // 10)
+        self.means: dict[str, float] = {}
+
+    def add(self, step: int, terms: Mapping[str, Any]) -> None:
+        """Count step ``step``'s terms (tensors or numbers) if it is in the tail."""
+        if step >= self.steps - self.tail:
+            for name, value in terms.items():
+                value = float(value.detach()) if hasattr(value, "detach") else float(value)
+                self.means[name] = self.means.get(name, 0.0) + value / self.tail

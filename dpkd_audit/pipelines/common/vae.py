@@ -33,7 +33,7 @@ from torch import nn
 
 from dpkd_audit import _validate
 from dpkd_audit.pipelines.common.devices import resolve_device
-from dpkd_audit.pipelines.common.progress import progress_counter
+from dpkd_audit.pipelines.common.progress import TailMeans, progress_counter
 
 __all__ = ["ConvVae", "VaeConfig", "VaeResult", "train_vae", "vae_loss"]
 
@@ -182,8 +182,7 @@ def train_vae(images: torch.Tensor, *, config: VaeConfig, seed: int,
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: max(0.0, 1.0 - step / config.steps))
     bar = progress_counter(enabled=progress, desc="VAE", total=config.steps, unit="step")
-    tail = max(1, config.steps // 10)
-    sums: dict[str, float] = {}
+    sums = TailMeans(steps=config.steps)
     vae.train()
     for step in range(config.steps):
         index = torch.randint(images.shape[0], (config.batch_size,), generator=rng)
@@ -197,9 +196,7 @@ def train_vae(images: torch.Tensor, *, config: VaeConfig, seed: int,
         loss.backward()
         optimizer.step()
         schedule.step()
-        if step >= config.steps - tail:
-            for name, value in terms.items():
-                sums[name] = sums.get(name, 0.0) + float(value.detach()) / tail
+        sums.add(step, terms)
         if step % 20 == 0 or step == config.steps - 1:
             bar.set_postfix(loss=f"{float(loss.detach()):.1f}", refresh=False)
         bar.update(1)
@@ -207,4 +204,4 @@ def train_vae(images: torch.Tensor, *, config: VaeConfig, seed: int,
     vae.eval()
     for p in vae.parameters():
         p.requires_grad_(False)
-    return VaeResult(vae=vae, loss_terms=sums, seconds=time.perf_counter() - start)
+    return VaeResult(vae=vae, loss_terms=sums.means, seconds=time.perf_counter() - start)

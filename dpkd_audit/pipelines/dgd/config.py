@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import math
 from typing import Any
 
 from dpkd_audit import _validate
@@ -181,11 +180,7 @@ class DgdConfig:
                 "reads statistics of the private data without noise; got sound_generator.beta="
                 f"{self.sound_generator.beta!r}, statistics.epsilon_share="
                 f"{self.statistics.epsilon_share!r}")
-        weight = self.distillation_weight
-        if isinstance(weight, bool) or not isinstance(weight, int | float) \
-                or not math.isfinite(weight) or weight < 0:
-            raise ValueError(f"distillation_weight must be a finite real number >= 0; got "
-                             f"{weight!r}")
+        _validate.check_nonnegative("distillation_weight", self.distillation_weight)
         if self.dp_sgd.delta != self.delta:
             object.__setattr__(self, "dp_sgd", dataclasses.replace(self.dp_sgd,
                                                                    delta=self.delta))

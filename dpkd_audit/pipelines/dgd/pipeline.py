@@ -72,14 +72,12 @@ from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.dp_statistics import (
     FeatureStatistics,
     ReferenceStatistics,
-    release_feature_statistics,
     statistics_mechanism,
 )
 from dpkd_audit.pipelines.common.dp_teacher import (
     DpSgdAccountant,
     DpSgdPlan,
     plan_dp_sgd,
-    train_dp_teacher,
 )
 from dpkd_audit.pipelines.common.ensemble import (
     EnsembleResult,
@@ -89,7 +87,7 @@ from dpkd_audit.pipelines.common.ensemble import (
 from dpkd_audit.pipelines.common.generator import GeneratorResult, GeneratorTrainer
 from dpkd_audit.pipelines.common.loading import LoadedData, load_generative_data
 from dpkd_audit.pipelines.common.progress import StageTimer
-from dpkd_audit.pipelines.common.teacher import train_teacher
+from dpkd_audit.pipelines.common.source import fit_dp_source, fit_source
 from dpkd_audit.pipelines.common.vae import VaeResult, train_vae
 from dpkd_audit.pipelines.dgd.config import DgdConfig, DgdMode
 from dpkd_audit.pipelines.dgd.queries import select_queries
@@ -455,30 +453,15 @@ def prepare(config: DgdConfig, *, data: LoadedData, device: torch.device | str |
     elif ensemble.key != ensemble_key(config):
         raise ValueError("ensemble was trained for another dataset, seed or ensemble config")
     if config.mode is DgdMode.SOUND:
-        with timer.stage("baseline"):
-            dp = train_dp_teacher(
-                dataset.train_images, dataset.train_labels, num_classes=dataset.num_classes,
-                test_images=dataset.test_images, test_labels=dataset.test_labels,
-                teacher=config.dp_baseline, config=config.dp_sgd, plan=plan.dp_sgd,
-                ledger=ledger, seed=config.seed, device=device, progress=progress)
-        baseline, accuracy = dp.model, dp.test_accuracy
-        mechanism = statistics_release(config)
-        if mechanism is not None:
-            with timer.stage("statistics"):
-                reference = release_feature_statistics(
-                    baseline, dataset.train_images, config=config.statistics,
-                    mechanism=mechanism, ledger=ledger, rng=rng, device=device,
-                    label=f"feature statistics through the DP baseline (Gaussian, sigma / C = "
-                          f"{mechanism.sigma / config.statistics.clip_norm:.6g})")
-            statistics = FeatureStatistics(baseline, reference)
+        baseline, accuracy, statistics = fit_dp_source(
+            dataset, config=config.dp_baseline, dp_sgd=config.dp_sgd, plan=plan.dp_sgd,
+            statistics=config.statistics, mechanism=statistics_release(config), ledger=ledger,
+            rng=rng, role="baseline", timer=timer, seed=config.seed, device=device,
+            progress=progress)
     else:
-        with timer.stage("baseline"):
-            trained = train_teacher(
-                dataset.train_images, dataset.train_labels, num_classes=dataset.num_classes,
-                test_images=dataset.test_images, test_labels=dataset.test_labels,
-                config=config.baseline, seed=config.seed, device=device, progress=progress)
-        baseline, accuracy = trained.model, trained.test_accuracy
-    baseline.eval()
+        baseline, accuracy = fit_source(dataset, config=config.baseline, role="baseline",
+                                        timer=timer, seed=config.seed, device=device,
+                                        progress=progress)
     with timer.stage("generator"):
         trainer = GeneratorTrainer(baseline, image_shape=dataset.image_shape,
                                    num_classes=dataset.num_classes,

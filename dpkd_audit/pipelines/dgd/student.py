@@ -13,7 +13,6 @@ Everything here is post-processing of the released labels and of synthetic data.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 
 import numpy as np
@@ -22,8 +21,13 @@ import torch.nn.functional as F  # noqa: N812  (conventional alias)
 from torch import nn
 
 from dpkd_audit import _validate
-from dpkd_audit.pipelines.common.progress import progress_counter
-from dpkd_audit.pipelines.common.student import StudentConfig, augment_batch, build_student
+from dpkd_audit.pipelines.common.progress import TailMeans, progress_counter
+from dpkd_audit.pipelines.common.student import (
+    StudentConfig,
+    _predict_tensor,
+    augment_batch,
+    build_student,
+)
 from dpkd_audit.pipelines.common.tnar import (
     entropy_regularization,
     normal_regularization,
@@ -83,10 +87,7 @@ class TnarConfig:
         _validate.check_int("unlabelled_batch_size", self.unlabelled_batch_size, minimum=2)
         _validate.check_positive("learning_rate", self.learning_rate)
         for name in ("tangent_weight", "normal_weight", "entropy_weight"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) \
-                    or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite real number >= 0; got {value!r}")
+            _validate.check_nonnegative(name, getattr(self, name))
         for name in ("tangent_epsilon", "normal_epsilon", "xi"):
             _validate.check_positive(name, getattr(self, name))
         if not isinstance(self.augment, bool):
@@ -110,15 +111,8 @@ class TnarStudentResult:
 
 
 def _accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
-    was_training = model.training
-    model.eval()
-    correct = 0
-    with torch.inference_mode():
-        for i in range(0, images.shape[0], 1000):
-            correct += int((model(images[i:i + 1000]).argmax(dim=1)
-                            == labels[i:i + 1000]).sum())
-    model.train(was_training)
-    return correct / images.shape[0]
+    predictions = _predict_tensor(model, images, 1000).argmax(dim=1)
+    return float((predictions == labels).float().mean())
 
 
 def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: torch.Tensor,
@@ -150,10 +144,7 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
     """
     start = time.perf_counter()
     _validate.check_int("seed", seed, minimum=0)
-    if isinstance(distillation_weight, bool) or not isinstance(distillation_weight, int | float) \
-            or not math.isfinite(distillation_weight) or distillation_weight < 0:
-        raise ValueError(f"distillation_weight must be a finite real number >= 0; got "
-                         f"{distillation_weight!r}")
+    _validate.check_nonnegative("distillation_weight", distillation_weight)
     distil = distillation_weight > 0
     if distil and (soft_images is None or soft_targets is None
                    or soft_images.shape[0] != soft_targets.shape[0]
@@ -170,8 +161,7 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: max(0.0, 1.0 - step / config.steps))
     augment = StudentConfig(augment=True)
-    tail = max(1, config.steps // 10)
-    sums: dict[str, float] = {}
+    sums = TailMeans(steps=config.steps)
     curve: list[tuple[int, float]] = []
     bar = progress_counter(enabled=progress, desc="student (TNAR)", total=config.steps,
                            unit="step")
@@ -225,9 +215,7 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
         loss.backward()
         optimizer.step()
         schedule.step()
-        if step >= config.steps - tail:
-            for name, value in terms.items():
-                sums[name] = sums.get(name, 0.0) + float(value.detach()) / tail
+        sums.add(step, terms)
         if (step + 1) % evaluate_every == 0 or step == config.steps - 1:
             curve.append((step + 1, _accuracy(model, test_images, y_test)))
             bar.set_postfix(loss=f"{float(loss.detach()):.3f}", acc=f"{curve[-1][1]:.4f}",
@@ -235,5 +223,5 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
         bar.update(1)
     bar.close()
     model.eval()
-    return TnarStudentResult(model=model, test_accuracy=curve[-1][1], loss_terms=sums,
+    return TnarStudentResult(model=model, test_accuracy=curve[-1][1], loss_terms=sums.means,
                              curve=tuple(curve), seconds=time.perf_counter() - start)

@@ -65,14 +65,13 @@ from dpkd_audit.pipelines.common.distill import ReleaseChannel, StagedStudent
 from dpkd_audit.pipelines.common.dp_statistics import (
     FeatureStatistics,
     ReferenceStatistics,
-    release_feature_statistics,
     statistics_mechanism,
 )
-from dpkd_audit.pipelines.common.dp_teacher import DpSgdPlan, plan_dp_sgd, train_dp_teacher
+from dpkd_audit.pipelines.common.dp_teacher import DpSgdPlan, plan_dp_sgd
 from dpkd_audit.pipelines.common.generator import GeneratorResult, GeneratorTrainer
 from dpkd_audit.pipelines.common.loading import LoadedData, load_generative_data
 from dpkd_audit.pipelines.common.progress import StageTimer, progress_counter
-from dpkd_audit.pipelines.common.teacher import train_teacher
+from dpkd_audit.pipelines.common.source import fit_dp_source, fit_source
 from dpkd_audit.pipelines.dpdfd.config import DpdfdConfig, DpdfdMode
 from dpkd_audit.provenance import provenance
 
@@ -258,30 +257,15 @@ def prepare(config: DpdfdConfig, *, data: LoadedData, device: torch.device | str
             raise ValueError("sound mode: prepare needs the run's ledger, the plan from "
                              "check_run and the noise rng (the DP-SGD teacher and the "
                              "statistics are charged before they exist)")
-        with timer.stage("teacher"):
-            dp = train_dp_teacher(
-                dataset.train_images, dataset.train_labels, num_classes=dataset.num_classes,
-                test_images=dataset.test_images, test_labels=dataset.test_labels,
-                teacher=config.dp_teacher, config=config.dp_sgd, plan=plan, ledger=ledger,
-                seed=config.seed, device=device, progress=progress)
-        teacher, accuracy = dp.model, dp.test_accuracy
-        mechanism = statistics_release(config)
-        if mechanism is not None:
-            with timer.stage("statistics"):
-                reference = release_feature_statistics(
-                    teacher, dataset.train_images, config=config.statistics, mechanism=mechanism,
-                    ledger=ledger, rng=rng, device=device,
-                    label=f"feature statistics through the DP teacher (Gaussian, sigma / C = "
-                          f"{mechanism.sigma / config.statistics.clip_norm:.6g})")
-            statistics = FeatureStatistics(teacher, reference)
+        teacher, accuracy, statistics = fit_dp_source(
+            dataset, config=config.dp_teacher, dp_sgd=config.dp_sgd, plan=plan,
+            statistics=config.statistics, mechanism=statistics_release(config), ledger=ledger,
+            rng=rng, role="teacher", timer=timer, seed=config.seed, device=device,
+            progress=progress)
     else:
-        with timer.stage("teacher"):
-            trained = train_teacher(
-                dataset.train_images, dataset.train_labels, num_classes=dataset.num_classes,
-                test_images=dataset.test_images, test_labels=dataset.test_labels,
-                config=config.teacher, seed=config.seed, device=device, progress=progress)
-        teacher, accuracy = trained.model, trained.test_accuracy
-    teacher.eval()
+        teacher, accuracy = fit_source(dataset, config=config.teacher, role="teacher",
+                                       timer=timer, seed=config.seed, device=device,
+                                       progress=progress)
     with timer.stage("generator"):
         trainer = GeneratorTrainer(teacher, image_shape=dataset.image_shape,
                                    num_classes=dataset.num_classes,
