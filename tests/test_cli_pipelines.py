@@ -26,6 +26,11 @@ def test_run_rknn_writes_result_and_config(tmp_path, capsys):
     saved = json.loads((out / "config.json").read_text())
     assert saved["argv"][:2] == ["run", "rknn"] and saved["config"] == record["config"]
     assert "test accuracy" in capsys.readouterr().out
+    # diagnostics from the exact private counts stay out of the record, in their own file
+    assert "label_accuracy_without_noise" not in record and "cluster_purity" in record
+    evaluator = json.loads((out / "evaluator.json").read_text())
+    assert evaluator["evaluator_only"] is True and "NOT PRIVATE" in evaluator["note"]
+    assert 0 < evaluator["label_accuracy_without_noise"] <= record["cluster_purity"]
 
 
 def test_run_rknn_charges_a_ledger_file(tmp_path):
@@ -78,6 +83,11 @@ def test_sweep_rknn_writes_jsonl_plot_and_readme_and_resumes(tmp_path, capsys):
     records = [json.loads(line) for line in lines]
     assert [(r["mode"], r["epsilon"]) for r in records] == [
         ("central", 0.5), ("central", 2.0), ("local-rr", 0.5), ("local-rr", 2.0)]
+    evaluator = [json.loads(line) for line in
+                 (out / "evaluator.jsonl").read_text().splitlines()]
+    assert [(e["mode"], e["epsilon"]) for e in evaluator] == [
+        (r["mode"], r["epsilon"]) for r in records]
+    assert all("query_accuracy" not in r for r in records)
     assert (out / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     readme = (out / "README.md").read_text()
     assert "dpkd sweep rknn --epsilons 0.5,2" in readme and "accuracy.png" in readme
@@ -134,6 +144,13 @@ def test_sweep_force_overwrites_results(tmp_path, capsys):
     sweep_json = json.loads((out / "sweep.json").read_text())
     assert sweep_json["provenance"]["package"] == "dpkd-audit"
     capsys.readouterr()
+
+
+def test_representation_choices_are_the_representation_kinds():
+    from dpkd_audit.cli.pipelines import _REPRESENTATIONS
+    from dpkd_audit.pipelines.common.representations import RepresentationKind
+
+    assert _REPRESENTATIONS == [kind.value for kind in RepresentationKind]
 
 
 @pytest.mark.parametrize("command", ["run", "sweep"])

@@ -368,9 +368,9 @@ def test_figure_options_label_accuracy_references_and_metric():
 
 
 def test_figure_refuses_when_nothing_can_be_drawn():
-    records = [_record(0.1, 0.9, label_accuracy_without_noise=None)]
+    records = [_record(0.1, 0.9, cluster_purity=None)]
     with pytest.raises(ValueError, match="no record and no reference"):
-        accuracy_figure(records, metric=Metric.LABEL_ACCURACY_WITHOUT_NOISE)
+        accuracy_figure(records, metric=Metric.CLUSTER_PURITY)
     with pytest.raises(ValueError, match="records must not be empty"):
         accuracy_figure([])
 
@@ -474,9 +474,9 @@ def test_results_overview_renders_table_notes_and_sources(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     prov = {"package": "dpkd-audit", "package_version": "9.9", "git_commit": "0123456789abcdef",
             "git_dirty": False, "created_utc": "2026-11-24T10:00:00Z"}
-    new = [_timed(eps, shared=["data"], provenance=prov, label_accuracy_without_noise=0.95)
+    new = [_timed(eps, shared=["data"], provenance=prov, cluster_purity=0.95)
            for eps in (0.1, 1.0)]
-    old = [_timed(0.04, stages={"student": 5.0}, label_accuracy_without_noise=0.95)]
+    old = [_timed(0.04, stages={"student": 5.0}, cluster_purity=0.95)]
     b = _write_folder(Path("reports"), "b-new", new)
     a = _write_folder(Path("reports"), "a-old", old)
     text = results_overview([b, a / "results.jsonl"])

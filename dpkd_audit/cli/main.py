@@ -105,7 +105,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         "clusters": config.clusters, "k": config.k,
         "public_size": result.public_size, "private_size": result.private_size,
         "label_accuracy": result.label_accuracy,
-        "label_accuracy_without_noise": result.label_accuracy_without_noise,
+        "cluster_purity": result.cluster_purity,
         "ledger": str(args.ledger) if args.ledger else "in memory",
         "ledger_spent_epsilon": float(spent.epsilon), "ledger_budget_epsilon": ledger.epsilon,
         "seconds": round(result.seconds, 3),

@@ -23,7 +23,7 @@ __all__ = ["add_pipeline_parsers", "clusters_help", "write_sweep_report"]
 
 _DATASETS = ["digits", "mnist", "fashion-mnist"]
 _MODES = ["central", "local-rr", "local-collision", "shuffle", "shuffle-multi"]
-_REPRESENTATIONS = ["pca", "hog", "hog-pca", "encoder"]
+_REPRESENTATIONS = ["pca", "hog", "hog-pca", "encoder", "umap"]  # RepresentationKind (tested)
 
 
 class _LazyHelp(str):
@@ -57,14 +57,19 @@ def clusters_help() -> str:
     Read off :meth:`~dpkd_audit.pipelines.rknn.RknnConfig.preset_config`, so it cannot drift
     from the code.
     """
-    from dpkd_audit.pipelines.rknn import Preset, RknnConfig
+    from dpkd_audit.pipelines.rknn import Preset, ReleaseMode, RknnConfig
 
     parts = []
     for preset in Preset:
-        by_value: dict[int, list[str]] = {}
+        by_value: dict[str, list[str]] = {}
         for dataset in _DATASETS:
-            clusters = RknnConfig.preset_config(preset, dataset=dataset).clusters
-            by_value.setdefault(clusters, []).append(dataset)
+            per_mode: dict[int, list[str]] = {}
+            for mode in ReleaseMode:
+                clusters = RknnConfig.preset_config(preset, dataset=dataset, mode=mode).clusters
+                per_mode.setdefault(clusters, []).append(mode.value)
+            value = (str(next(iter(per_mode))) if len(per_mode) == 1 else " or ".join(
+                f"{v} ({', '.join(modes)})" for v, modes in per_mode.items()))
+            by_value.setdefault(value, []).append(dataset)
         if len(by_value) == 1:
             parts.append(f"--preset {preset.value}: {next(iter(by_value))}")
         else:
@@ -127,6 +132,12 @@ def _rknn_config(args: argparse.Namespace, *, epsilon: float, mode: str) -> Any:
     return config
 
 
+#: Evaluator-only diagnostics of ``dpkd run`` / ``dpkd sweep`` (computed from private data
+#: without noise; never part of the records, never to be published with them).
+EVALUATOR_FILE = "evaluator.json"
+EVALUATOR_LINES = "evaluator.jsonl"
+
+
 def _write_json(path: Path, value: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(value, indent=2, allow_nan=False) + "\n")
@@ -143,7 +154,7 @@ def _summary(record: dict[str, Any]) -> str:
     delta_text = f", delta {record['delta']:g}" if record["delta"] else ""
     return (f"{record['dataset']} {record['mode']} eps={record['epsilon']:g}: test accuracy "
             f"{record['test_accuracy']:.4f}, label accuracy {record['label_accuracy']:.4f} "
-            f"(without noise {record['label_accuracy_without_noise']:.4f}); record-level "
+            f"(cluster purity {record['cluster_purity']:.4f}); record-level "
             f"epsilon {eps_text}{delta_text}; "
             f"{record['seconds']['total']:.1f} s on {record['device']}")
 
@@ -176,11 +187,13 @@ def _cmd_run_rknn(args: argparse.Namespace) -> int:
                  splits=checked[splits_key(config)], progress=not args.quiet)
     record = result.to_record(command=command)
     _write_json(out / "result.json", record)
+    _write_json(out / EVALUATOR_FILE, result.to_evaluator_record(command=command))
     if args.json:
         print(json.dumps(record, indent=2))
     else:
         print(_summary(record))
-        print(f"wrote {out / 'result.json'}")
+        print(f"wrote {out / 'result.json'} (and {out / EVALUATOR_FILE}: evaluator-only, "
+              "not private)")
     return 0
 
 
@@ -244,6 +257,7 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
     from dpkd_audit.provenance import provenance
 
     results_path = Path(args.out) / "results.jsonl"
+    evaluator_path = Path(args.out) / EVALUATOR_LINES
     if results_path.exists() and not (args.resume or args.force):
         raise ValueError(f"{results_path} exists: pass --resume to keep it and add the missing "
                          "runs, or --force to overwrite it")
@@ -254,8 +268,9 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
     if args.resume:
         done = _done_keys(results_path, record_key)
         configs = [c for c in configs if point_key(c) not in done]
-    elif results_path.exists():
-        results_path.unlink()
+    else:
+        results_path.unlink(missing_ok=True)
+        evaluator_path.unlink(missing_ok=True)
     _write_json(out / "sweep.json", {"command": command, "argv": args.argv,
                                      "base_config": base.to_dict(),
                                      "provenance": provenance()})
@@ -265,6 +280,10 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
             record = result.to_record(command=command)
             with results_path.open("a") as fh:
                 fh.write(json.dumps(record, allow_nan=False) + "\n")
+            if hasattr(result, "to_evaluator_record"):  # kept out of the released records
+                with evaluator_path.open("a") as fh:
+                    fh.write(json.dumps(result.to_evaluator_record(command=command),
+                                        allow_nan=False) + "\n")
             print(summary(record), flush=True)
     plot, readme = write_sweep_report(out, command=command, dataset=args.dataset,
                                       **dict(report or {}))
@@ -409,7 +428,7 @@ def add_pipeline_parsers(sub: argparse._SubParsersAction) -> None:
         "results", help="Markdown results table of saved records (the README's results section)",
         description="Reads result records (results.jsonl of a sweep, result.json of a run, or "
                     "folders holding them) and prints one Markdown table with what its columns "
-                    "mean, the label accuracy without noise, and a link to each folder with the "
+                    "mean, the cluster purity, and a link to each folder with the "
                     "provenance of its records. The README's results section is this output "
                     "for reports/rknn/*/ (a test keeps them equal).")
     p.add_argument("paths", nargs="+", metavar="PATH",

@@ -12,7 +12,8 @@ Record keys (see the shared ARCHITECTURE "Pipelines"):
 * required: ``method``, ``dataset``, ``mode`` (non-empty strings), ``epsilon`` (the target
   budget, a finite real > 0) and ``test_accuracy`` (a fraction in [0, 1]);
 * optional (absent or null where a method has no such value): ``label_accuracy``,
-  ``label_accuracy_without_noise``, ``teacher_accuracy`` (fractions), ``epsilon_published``
+  ``cluster_purity`` (public data only), ``teacher_accuracy`` (fractions; the retired
+  ``label_accuracy_without_noise`` of old records is still checked), ``epsilon_published``
   (> 0, may be infinite), ``epsilon_record_level`` (> 0; infinity may be written as
   ``Infinity``, the string ``"inf"`` or JSON ``null``, since strict JSON has no infinity: **null
   means infinite (not DP)** for this key only), ``delta`` (in [0, 1)), ``clusters``, ``k``,
@@ -75,7 +76,7 @@ class Metric(enum.StrEnum):
 
     TEST_ACCURACY = "test_accuracy"
     LABEL_ACCURACY = "label_accuracy"
-    LABEL_ACCURACY_WITHOUT_NOISE = "label_accuracy_without_noise"
+    CLUSTER_PURITY = "cluster_purity"
     TEACHER_ACCURACY = "teacher_accuracy"
 
     @classmethod
@@ -100,7 +101,7 @@ class Metric(enum.StrEnum):
         """Human-readable name (axis label)."""
         return {Metric.TEST_ACCURACY: "test accuracy",
                 Metric.LABEL_ACCURACY: "label accuracy",
-                Metric.LABEL_ACCURACY_WITHOUT_NOISE: "label accuracy without noise",
+                Metric.CLUSTER_PURITY: "cluster purity (public labels)",
                 Metric.TEACHER_ACCURACY: "teacher accuracy"}[self]
 
 
@@ -183,7 +184,8 @@ def validate_record(record: Any, *, where: str = "record") -> dict[str, Any]:
             _check_text(key, record[key])
         check_epsilon(record["epsilon"])
         check_probability("test_accuracy", record["test_accuracy"])
-        for key in ("label_accuracy", "label_accuracy_without_noise", "teacher_accuracy"):
+        for key in ("label_accuracy", "cluster_purity", "label_accuracy_without_noise",
+                    "teacher_accuracy"):
             if record.get(key) is not None:
                 check_probability(key, record[key])
         _infinite_or_positive("epsilon_published", record.get("epsilon_published"),

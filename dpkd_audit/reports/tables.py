@@ -280,7 +280,7 @@ _COLUMNS_NOTE = (
 def _purity_note(records: Sequence[Mapping[str, Any]]) -> str | None:
     groups: dict[tuple[Any, ...], list[float]] = {}
     for r in records:
-        value = r.get("label_accuracy_without_noise")
+        value = r.get("cluster_purity")
         if value is not None:
             key = (str(r["method"]), str(r["dataset"]),
                    *(r.get(k) for k in ("representation", "preset", "clusters", "k")))
@@ -298,8 +298,9 @@ def _purity_note(records: Sequence[Mapping[str, Any]]) -> str | None:
         value = (f"{distinct[0]:.2f}%" if len(distinct) == 1 else
                  f"{_fmt_pct(values)} %")
         parts.append(f"{method} {dataset}" + (f" ({setup})" if setup else "") + f": {value}")
-    return ("Label accuracy without noise (every query labelled by its exact vote: the most the "
-            "private labels can reach with these queries): " + "; ".join(parts) + ".")
+    return ("Cluster purity (share of public samples whose label is their cluster's most common "
+            "public label: the most any labelling of these queries can reach; public data "
+            "only): " + "; ".join(parts) + ".")
 
 
 def _baseline_note(records: Sequence[Mapping[str, Any]]) -> str | None:
@@ -360,7 +361,7 @@ def results_overview(paths: Sequence[str | os.PathLike[str]], *,
 
     This is what the README's results section holds (``dpkd results PATH...`` prints it, and a
     test keeps the README equal to it): :func:`markdown_table` of all the records, what the
-    columns and seconds mean (:func:`seconds_note`), the label accuracy without noise, and a
+    columns and seconds mean (:func:`seconds_note`), the cluster purity, and a
     link to each result folder with the provenance of its records (or that none is recorded).
 
     Args:

@@ -44,12 +44,14 @@ from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.progress import StageTimer
 from dpkd_audit.pipelines.common.representations import fit_representation
 from dpkd_audit.pipelines.common.student import train_student
+from dpkd_audit.pipelines.purity import cluster_purity
 from dpkd_audit.pipelines.rknn.config import ReleaseMode, RknnConfig
 from dpkd_audit.pipelines.rknn.queries import Queries, nearest_queries, select_queries
 from dpkd_audit.pipelines.rknn.release import planned_events, release_counts
 from dpkd_audit.provenance import provenance
 
 __all__ = [
+    "EVALUATOR_NOTE",
     "PREPARED_STAGES",
     "LoadedSplits",
     "Prepared",
@@ -65,6 +67,12 @@ __all__ = [
 ]
 
 METHOD = "rknn"
+
+#: What an evaluator-only file is (written beside the records, never part of them).
+EVALUATOR_NOTE = (
+    "NOT PRIVATE: evaluator-only diagnostics computed from the exact private vote counts "
+    "without noise and without a charge to the ledger; for the experimenter, never to be "
+    "published with the records")
 
 #: Stages that do not depend on epsilon or the release mode (shared by the runs of a sweep).
 PREPARED_STAGES: tuple[str, ...] = ("data", "representation", "queries", "reverse k-NN")
@@ -234,9 +242,15 @@ class RknnResult:
         config: The configuration.
         test_accuracy: Student accuracy on the student-test split, last epoch.
         test_accuracy_per_epoch: For learning-curve plots only (never for selection).
-        label_accuracy: Share of public samples whose inherited label is right.
-        label_accuracy_without_noise: The same with the exact counts (cluster purity bound).
-        query_accuracy: Share of queries whose released label equals the exact vote argmax.
+        label_accuracy: Share of public samples whose inherited label is right (a function
+            of the noisy release and public data).
+        cluster_purity: Share of public samples whose label is their cluster's most common
+            public label: the best label accuracy any labelling of these clusters can reach,
+            a function of public data only.
+        evaluator: Diagnostics computed from the **exact private counts** (not released:
+            :meth:`to_evaluator_record`, never in :meth:`to_record`):
+            ``label_accuracy_without_noise`` (the label accuracy of the exact vote argmax) and
+            ``query_accuracy`` (share of queries whose released label equals it).
         epsilon_published: The epsilon the paper's analysis states for this release.
         epsilon_record_level: What the ledger's accountant proves at record level for this
             run's charges (equal here: the representation never saw private data).
@@ -260,8 +274,8 @@ class RknnResult:
     test_accuracy: float
     test_accuracy_per_epoch: tuple[float, ...]
     label_accuracy: float
-    label_accuracy_without_noise: float
-    query_accuracy: float
+    cluster_purity: float
+    evaluator: dict[str, float]
     epsilon_published: float
     epsilon_record_level: float
     delta: float
@@ -275,7 +289,11 @@ class RknnResult:
     shared_stages: tuple[str, ...] = ()
 
     def to_record(self, *, command: str | None = None) -> dict[str, Any]:
-        """The JSON result record (``result.json`` / one line of ``results.jsonl``)."""
+        """The JSON result record (``result.json`` / one line of ``results.jsonl``).
+
+        Every field is a function of the configuration, the noisy release, public data and
+        the machine (tested): nothing computed from the exact private counts.
+        """
         cfg = self.config
         record_level = self.epsilon_record_level
         return {
@@ -286,8 +304,7 @@ class RknnResult:
             "delta": self.delta,
             "test_accuracy": self.test_accuracy,
             "label_accuracy": self.label_accuracy,
-            "label_accuracy_without_noise": self.label_accuracy_without_noise,
-            "query_accuracy": self.query_accuracy,
+            "cluster_purity": self.cluster_purity,
             "epsilon_published": self.epsilon_published,
             "epsilon_record_level": record_level if math.isfinite(record_level) else None,
             "record_level_note": (
@@ -313,6 +330,19 @@ class RknnResult:
             "command": command,
             "provenance": self.provenance,
         }
+
+
+    def to_evaluator_record(self, *, command: str | None = None) -> dict[str, Any]:
+        """Evaluator-only diagnostics (``evaluator.json`` / ``evaluator.jsonl``): NOT private.
+
+        Computed from the exact private vote counts without noise and released without a
+        charge: for whoever runs the experiment, never to be published with the record.
+        """
+        cfg = self.config
+        return {"evaluator_only": True, "note": EVALUATOR_NOTE, "method": METHOD,
+                "dataset": cfg.dataset.value, "mode": cfg.mode.value, "epsilon": cfg.epsilon,
+                "seed": cfg.seed, "clusters": cfg.clusters, "k": cfg.k,
+                **self.evaluator, "command": command}
 
 
 def _record_level_epsilon(config: RknnConfig, events: tuple[Any, ...]) -> float:
@@ -398,8 +428,12 @@ def run(config: RknnConfig, *, ledger: Ledger, rng: np.random.Generator,
         assignment = prepared.queries.assignment
         public_truth = splits.public_labels
         label_accuracy = float(np.mean(query_labels[assignment] == public_truth))
-        clean_accuracy = float(np.mean(clean_labels[assignment] == public_truth))
-        query_accuracy = float(np.mean(query_labels == clean_labels))
+        purity = cluster_purity(assignment, public_truth, num_classes)
+        # evaluator-only: functions of the exact private counts (never in the record)
+        evaluator = {
+            "label_accuracy_without_noise": float(np.mean(clean_labels[assignment]
+                                                          == public_truth)),
+            "query_accuracy": float(np.mean(query_labels == clean_labels))}
         targets = _targets(released.estimated, query_labels, assignment,
                            soft=config.soft_labels)
     with timer.stage("student"):
@@ -414,8 +448,8 @@ def run(config: RknnConfig, *, ledger: Ledger, rng: np.random.Generator,
         test_accuracy=float(student.test_accuracy),
         test_accuracy_per_epoch=tuple(float(a) for a in student.test_accuracy_per_epoch),
         label_accuracy=label_accuracy,
-        label_accuracy_without_noise=clean_accuracy,
-        query_accuracy=query_accuracy,
+        cluster_purity=purity,
+        evaluator=evaluator,
         epsilon_published=config.epsilon,
         epsilon_record_level=_record_level_epsilon(config, released.events),
         delta=config.delta,
