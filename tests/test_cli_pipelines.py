@@ -146,6 +146,41 @@ def test_sweep_force_overwrites_results(tmp_path, capsys):
     capsys.readouterr()
 
 
+def test_sweep_takes_each_modes_preset_clusters(monkeypatch):
+    """Fashion-MNIST's preset s is 10 in local modes, 40 in central ones below eps = 0.1 and
+    100 from 0.1: a sweep gives each point its own (the first point's s once leaked into the
+    others)."""
+    from dpkd_audit.cli import pipelines as cli
+
+    seen = {}
+
+    def fake_run_sweep(args, *, configs, **kwargs):
+        seen["configs"] = configs
+        return 0
+
+    monkeypatch.setattr(cli, "run_sweep", fake_run_sweep)
+    for modes in ("central,local-rr", "local-rr,central"):
+        assert main(["sweep", "rknn", "--dataset", "fashion-mnist", "--epsilons", "0.01,1",
+                     "--modes", modes, "--seeds", "0,1", "--out", "x", "--quiet"]) == 0
+        clusters = {(c.mode.value, c.epsilon, c.clusters) for c in seen["configs"]}
+        assert clusters == {("central", 0.01, 40), ("central", 1.0, 100),
+                            ("local-rr", 0.01, 10), ("local-rr", 1.0, 10)}
+        assert [c.seed for c in seen["configs"]] == [0] * 4 + [1] * 4  # seed-major
+    assert main(["sweep", "rknn", "--dataset", "fashion-mnist", "--epsilons", "1", "--modes",
+                 "central,local-rr", "--clusters", "20", "--out", "x", "--quiet"]) == 0
+    assert {c.clusters for c in seen["configs"]} == {20}
+
+
+def test_results_refuses_a_record_with_exact_count_diagnostics(tmp_path, capsys):
+    from dpkd_audit.reports.records import validate_record
+
+    record = {"method": "rknn", "dataset": "mnist", "mode": "central", "epsilon": 0.1,
+              "test_accuracy": 0.9}
+    validate_record(record)
+    with pytest.raises(ValueError, match="query_accuracy must not be in a released record"):
+        validate_record({**record, "query_accuracy": 0.99})
+
+
 def test_representation_choices_are_the_representation_kinds():
     from dpkd_audit.cli.pipelines import _REPRESENTATIONS
     from dpkd_audit.pipelines.common.representations import RepresentationKind
@@ -173,6 +208,9 @@ def test_clusters_help_states_each_presets_default(capsys, command):
     assert small["digits"] != small["mnist"]
     assert f"{small['digits']} for digits" in help_text
     assert f"{small['mnist']} for mnist" in help_text
+    for mode, eps in (("local-rr", 1.0), ("central", 0.01), ("central", 1.0)):
+        value = RknnConfig.small(dataset="fashion-mnist", mode=mode, epsilon=eps).clusters
+        assert f"{value} (" in help_text and mode in help_text
 
 
 def _saved_record(folder: Path) -> Path:

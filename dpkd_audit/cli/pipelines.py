@@ -57,18 +57,25 @@ def clusters_help() -> str:
     Read off :meth:`~dpkd_audit.pipelines.rknn.RknnConfig.preset_config`, so it cannot drift
     from the code.
     """
-    from dpkd_audit.pipelines.rknn import Preset, ReleaseMode, RknnConfig
+    from dpkd_audit.pipelines.rknn.config import SMALL_EPSILON, Preset, ReleaseMode, RknnConfig
 
+    below, above = SMALL_EPSILON / 10, SMALL_EPSILON * 10
     parts = []
     for preset in Preset:
         by_value: dict[str, list[str]] = {}
         for dataset in _DATASETS:
-            per_mode: dict[int, list[str]] = {}
+            cases: dict[int, list[str]] = {}
             for mode in ReleaseMode:
-                clusters = RknnConfig.preset_config(preset, dataset=dataset, mode=mode).clusters
-                per_mode.setdefault(clusters, []).append(mode.value)
-            value = (str(next(iter(per_mode))) if len(per_mode) == 1 else " or ".join(
-                f"{v} ({', '.join(modes)})" for v, modes in per_mode.items()))
+                small, large = (RknnConfig.preset_config(preset, dataset=dataset, mode=mode,
+                                                         epsilon=eps).clusters
+                                for eps in (below, above))
+                if small == large:
+                    cases.setdefault(small, []).append(mode.value)
+                else:
+                    cases.setdefault(small, []).append(f"{mode.value} eps < {SMALL_EPSILON:g}")
+                    cases.setdefault(large, []).append(f"{mode.value} eps >= {SMALL_EPSILON:g}")
+            value = (str(next(iter(cases))) if len(cases) == 1 else " or ".join(
+                f"{v} ({', '.join(labels)})" for v, labels in cases.items()))
             by_value.setdefault(value, []).append(dataset)
         if len(by_value) == 1:
             parts.append(f"--preset {preset.value}: {next(iter(by_value))}")
@@ -117,10 +124,10 @@ def _rknn_config(args: argparse.Namespace, *, epsilon: float, mode: str) -> Any:
         overrides["delta"] = args.delta
     if args.clusters is not None:
         overrides["clusters"] = args.clusters
+    if args.representation is not None:  # the preset's s depends on it: pass it in
+        default = RknnConfig.preset_config(args.preset, **overrides).representation
+        overrides["representation"] = dataclasses.replace(default, kind=args.representation)
     config = RknnConfig.preset_config(args.preset, **overrides)
-    if args.representation is not None:
-        config = dataclasses.replace(config, representation=dataclasses.replace(
-            config.representation, kind=args.representation))
     if args.student_epochs is not None:
         config = dataclasses.replace(config, student=dataclasses.replace(
             config.student, epochs=args.student_epochs))
@@ -222,7 +229,13 @@ def _cmd_sweep_rknn(args: argparse.Namespace) -> int:
     from dpkd_audit.pipelines.rknn import check_configs, sweep, sweep_configs
 
     base = _rknn_config(args, epsilon=args.epsilons[0], mode=args.modes[0])
-    configs = sweep_configs(base, epsilons=args.epsilons, modes=args.modes, seeds=args.seeds)
+    # each point from its own preset (s depends on mode and epsilon), seed-major as
+    # sweep_configs orders them
+    per_point = [sweep_configs(_rknn_config(args, epsilon=eps, mode=mode), epsilons=[eps],
+                               modes=[mode], seeds=args.seeds)
+                 for mode in args.modes for eps in args.epsilons]
+    configs = sorted((c for group in per_point for c in group),
+                     key=lambda c: args.seeds.index(c.seed))
     return run_sweep(args, base=base, configs=configs, check_configs=check_configs,
                      sweep=sweep, summary=_summary)
 

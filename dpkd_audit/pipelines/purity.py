@@ -30,6 +30,7 @@ def cluster_purity(assignment: np.ndarray, labels: np.ndarray, num_classes: int)
         raise ValueError(f"assignment must be integers >= 0 and labels integers in [0, "
                          f"{num_classes}); got ranges [{assignment.min()}, {assignment.max()}] "
                          f"and [{labels.min()}, {labels.max()}]")
-    table = np.zeros((int(assignment.max()) + 1, num_classes), dtype=np.int64)
-    np.add.at(table, (assignment, labels), 1)
+    _, cluster = np.unique(assignment, return_inverse=True)
+    table = np.zeros((int(cluster.max()) + 1, num_classes), dtype=np.int64)
+    np.add.at(table, (cluster, labels), 1)
     return float(table.max(axis=1).sum() / assignment.size)

@@ -11,9 +11,9 @@ Record keys (see the shared ARCHITECTURE "Pipelines"):
 
 * required: ``method``, ``dataset``, ``mode`` (non-empty strings), ``epsilon`` (the target
   budget, a finite real > 0) and ``test_accuracy`` (a fraction in [0, 1]);
+* refused: :data:`EVALUATOR_ONLY_KEYS` (computed from the exact private counts);
 * optional (absent or null where a method has no such value): ``label_accuracy``,
-  ``cluster_purity`` (public data only), ``teacher_accuracy`` (fractions; the retired
-  ``label_accuracy_without_noise`` of old records is still checked), ``epsilon_published``
+  ``cluster_purity`` (public data only), ``teacher_accuracy`` (fractions), ``epsilon_published``
   (> 0, may be infinite), ``epsilon_record_level`` (> 0; infinity may be written as
   ``Infinity``, the string ``"inf"`` or JSON ``null``, since strict JSON has no infinity: **null
   means infinite (not DP)** for this key only), ``delta`` (in [0, 1)), ``clusters``, ``k``,
@@ -53,6 +53,7 @@ from dpkd_audit._validate import (
 from dpkd_audit.reports.references import PaperReference, references_for
 
 __all__ = [
+    "EVALUATOR_ONLY_KEYS",
     "REQUIRED_KEYS",
     "SETUP_KEYS",
     "Metric",
@@ -69,6 +70,9 @@ SETUP_KEYS: tuple[str, ...] = ("representation", "clusters", "k", "preset", "lab
 
 _INFINITY_STRINGS = frozenset({"inf", "+inf", "infinity", "+infinity", "∞"})
 _NOT_DP = "∞ (not DP)"
+
+#: Diagnostics computed from the exact private counts: never in a released record.
+EVALUATOR_ONLY_KEYS: tuple[str, ...] = ("label_accuracy_without_noise", "query_accuracy")
 
 
 class Metric(enum.StrEnum):
@@ -184,8 +188,13 @@ def validate_record(record: Any, *, where: str = "record") -> dict[str, Any]:
             _check_text(key, record[key])
         check_epsilon(record["epsilon"])
         check_probability("test_accuracy", record["test_accuracy"])
-        for key in ("label_accuracy", "cluster_purity", "label_accuracy_without_noise",
-                    "teacher_accuracy"):
+        leaked = [key for key in EVALUATOR_ONLY_KEYS if key in record]
+        if leaked:
+            raise ValueError(
+                f"{', '.join(leaked)} must not be in a released record: computed from the "
+                "exact private counts without noise, they belong in the evaluator-only file "
+                "(evaluator.json / evaluator.jsonl) and are never published")
+        for key in ("label_accuracy", "cluster_purity", "teacher_accuracy"):
             if record.get(key) is not None:
                 check_probability(key, record[key])
         _infinite_or_positive("epsilon_published", record.get("epsilon_published"),

@@ -42,7 +42,8 @@ class ManifoldConfig:
     Attributes:
         components: Dimensions of the embedding (>= 1).
         neighbors: UMAP's ``n_neighbors`` (>= 2): the size of the local neighbourhood.
-        min_dist: UMAP's ``min_dist`` (>= 0); 0 packs clusters tightly (for clustering).
+        min_dist: UMAP's ``min_dist`` in [0, 1] (at most its ``spread``, 1); 0 packs
+            clusters tightly (for clustering).
         map_neighbors: Public neighbours averaged by the out-of-sample map (>= 1).
     """
 
@@ -55,6 +56,9 @@ class ManifoldConfig:
         _validate.check_int("components", self.components, minimum=1)
         _validate.check_int("neighbors", self.neighbors, minimum=2)
         _validate.check_nonnegative("min_dist", self.min_dist)
+        if self.min_dist > 1.0:
+            raise ValueError(f"min_dist must be in [0, 1] (UMAP's spread is 1); got "
+                             f"{self.min_dist!r}")
         _validate.check_int("map_neighbors", self.map_neighbors, minimum=1)
 
 

@@ -15,10 +15,12 @@ from dpkd_audit.pipelines.common.student import StudentConfig
 
 __all__ = [
     "DEFAULT_SHUFFLE_DELTA",
+    "SMALL_EPSILON",
     "CentralNoise",
     "Preset",
     "ReleaseMode",
     "RknnConfig",
+    "small_preset_clusters",
 ]
 
 #: Delta of the shuffle modes when none is given (below 1/n for MNIST's 60,000 records).
@@ -60,6 +62,28 @@ class CentralNoise(enum.StrEnum):
 
 
 _enum = parse_enum
+
+#: Below this epsilon the small preset takes fewer queries in central and shuffle modes.
+SMALL_EPSILON = 0.1
+
+
+def small_preset_clusters(dataset: DatasetName, mode: ReleaseMode,
+                          kind: RepresentationKind | None, epsilon: float) -> int:
+    """The small preset's number of queries s for a dataset, mode, representation and epsilon.
+
+    Fewer queries mean more votes per query (less noise per label) but coarser clusters; by
+    the measured purity of the public clusters (``benchmarks/rknn_clustering.py``) and the
+    committed runs (``reports/rknn/``): digits 40; MNIST with ``umap`` (the preset's) 10 in
+    every mode (96.7% pure at s = 10, no purer at 100); otherwise 10 in the local modes, where
+    the clients' noise dominates, 40 below epsilon = 0.1 and 100 from 0.1 up (Fashion-MNIST,
+    central: 76.9% at s = 40 against 62.6% at s = 100 for eps = 0.01, 81.8% at s = 100 against
+    79.3% at s = 40 for eps = 0.1). A function of public parameters only.
+    """
+    if dataset is DatasetName.DIGITS:
+        return 40
+    if mode.is_local or (dataset is DatasetName.MNIST and kind is RepresentationKind.UMAP):
+        return 10
+    return 40 if epsilon < SMALL_EPSILON else 100
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -164,21 +188,24 @@ class RknnConfig:
         UMAP clusters are 96.7% pure at s = 10 and no purer at s = 100, so s = 10 in every
         mode (fewest cells, least noise per label). On Fashion-MNIST purity grows with s (65%
         at s = 10, 78% at 40, 81% at 100): s = 10 in local modes, where the clients' noise
-        dominates, and 40 in central and shuffle modes. The 8x8 digits (298 public images):
+        dominates, 40 below epsilon = 0.1 and 100 from 0.1 up (:func:`small_preset_clusters`).
+        The 8x8 digits (298 public images):
         PCA-40 of the raw pixels, s = 40 (measured best of PCA / HOG / HOG-PCA, with and
-        without deskewing, at s = 10, 20, 40).
+        without deskewing, at s = 10, 20, 40). Another representation given in
+        ``overrides`` gets its own s (:func:`small_preset_clusters`).
         """
         dataset = _enum(DatasetName, "dataset", overrides.get("dataset", cls.dataset))
         mode = _enum(ReleaseMode, "mode", overrides.get("mode", cls.mode))
         if dataset is DatasetName.DIGITS:
             representation = RepresentationConfig(kind=RepresentationKind.PCA, deskew=False,
                                                   components=40)
-            clusters = 40
         else:
             representation = RepresentationConfig(kind=RepresentationKind.UMAP)
-            clusters = 10 if dataset is DatasetName.MNIST or mode.is_local else 40
+        chosen = overrides.get("representation", representation)
+        kind = chosen.kind if isinstance(chosen, RepresentationConfig) else None
         values: dict[str, Any] = {
-            "clusters": clusters,
+            "clusters": small_preset_clusters(dataset, mode, kind,
+                                              float(overrides.get("epsilon", cls.epsilon))),
             "representation": representation,
             "encoder": EncoderConfig(),
             "student": StudentConfig.small(),

@@ -42,7 +42,10 @@ from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms.rknn import noisy_argmax
 from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.progress import StageTimer
-from dpkd_audit.pipelines.common.representations import fit_representation
+from dpkd_audit.pipelines.common.representations import (
+    RepresentationKind,
+    fit_representation,
+)
 from dpkd_audit.pipelines.common.student import train_student
 from dpkd_audit.pipelines.purity import cluster_purity
 from dpkd_audit.pipelines.rknn.config import ReleaseMode, RknnConfig
@@ -79,10 +82,20 @@ PREPARED_STAGES: tuple[str, ...] = ("data", "representation", "queries", "revers
 
 
 def check_clusters(config: RknnConfig, public_size: int) -> None:
-    """Raise ``ValueError`` unless ``config.clusters`` <= the public set size."""
+    """Raise ``ValueError`` unless the public set can hold ``config``'s clusters.
+
+    ``clusters`` must be <= the public set size and, for the ``umap`` representation, the
+    public set must be larger than UMAP's ``neighbors``.
+    """
     if config.clusters > public_size:
         raise ValueError(f"clusters must be <= the public set size {public_size} of "
                          f"{config.dataset.value}; got clusters={config.clusters}")
+    neighbors = config.representation.manifold.neighbors
+    if config.representation.kind is RepresentationKind.UMAP and public_size <= neighbors:
+        raise ValueError(f"the umap representation needs more public images than its "
+                         f"{neighbors} neighbours; the public set of {config.dataset.value} "
+                         f"has {public_size}: raise --public-size or choose another "
+                         "--representation")
 
 
 def load_splits(config: RknnConfig, *, data_dir: str | os.PathLike | None = None) -> Splits:
@@ -292,7 +305,11 @@ class RknnResult:
         """The JSON result record (``result.json`` / one line of ``results.jsonl``).
 
         Every field is a function of the configuration, the noisy release, public data and
-        the machine (tested): nothing computed from the exact private counts.
+        the machine (tested), except the wall-clock ``seconds`` of the stages that read private
+        data (a timing figure, not a statistic of it) and ``provenance``: nothing computed from
+        the exact private counts. The release noise comes from :func:`release_rng`, a function
+        of (seed, mode, epsilon) for reproducible experiments: whoever knows the seed can
+        regenerate the noise, so a deployment must keep its seed secret.
         """
         cfg = self.config
         record_level = self.epsilon_record_level

@@ -6,9 +6,8 @@ in the representation space and the cluster centres are the queries; as in the r
 every private record finds its k nearest queries and votes its label into them.
 
 k-means is scikit-learn's (k-means++ seeding, the best of ``restarts`` runs): faiss's k-means
-(random seeding) merged two MNIST classes into one cluster at s = 10 on the UMAP embedding in
-every one of 10 restarts (86.8% pure against 96.7%, ``benchmarks/rknn_clustering.py``). The
-neighbour searches are exact L2 with faiss.
+(random seeding) merged two MNIST classes into one cluster at s = 10 on the UMAP embedding
+while this was built, even with 10 restarts. The neighbour searches are exact L2 with faiss.
 """
 
 from __future__ import annotations
