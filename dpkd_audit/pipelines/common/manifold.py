@@ -45,12 +45,17 @@ class ManifoldConfig:
         min_dist: UMAP's ``min_dist`` in [0, 1] (at most its ``spread``, 1); 0 packs
             clusters tightly (for clustering).
         map_neighbors: Public neighbours averaged by the out-of-sample map (>= 1).
+        pixel_weight: Weight (>= 0) of PCA features of the (deskewed) pixels joined to the
+            HOG + PCA features the embedding is fitted on, each block divided by its mean
+            public norm; 0: HOG + PCA alone. On MNIST 0.5 makes the s = 10 clusters purer
+            (``benchmarks/rknn_clustering.py``).
     """
 
     components: int = 10
     neighbors: int = 30
     min_dist: float = 0.0
     map_neighbors: int = 5
+    pixel_weight: float = 0.0
 
     def __post_init__(self) -> None:
         _validate.check_int("components", self.components, minimum=1)
@@ -60,6 +65,7 @@ class ManifoldConfig:
             raise ValueError(f"min_dist must be in [0, 1] (UMAP's spread is 1); got "
                              f"{self.min_dist!r}")
         _validate.check_int("map_neighbors", self.map_neighbors, minimum=1)
+        _validate.check_nonnegative("pixel_weight", self.pixel_weight)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)

@@ -267,5 +267,35 @@ def fit_representation(config: RepresentationConfig, public_images: np.ndarray, 
         pca = _Pca.fit(base.transform(public), config.components)
     fitted = dataclasses.replace(base, pca=pca)
     if config.kind is RepresentationKind.UMAP:
-        return fit_manifold(fitted, public, config=config.manifold, seed=seed)
+        joined: FittedRepresentation = fitted
+        if config.manifold.pixel_weight > 0:
+            pixels = dataclasses.replace(base, config=dataclasses.replace(
+                config, kind=RepresentationKind.PCA))
+            pixels = dataclasses.replace(pixels, pca=_Pca.fit(pixels.transform(public),
+                                                              config.components))
+            joined = _Joined.fit((fitted, pixels), (1.0, config.manifold.pixel_weight), public)
+        return fit_manifold(joined, public, config=config.manifold, seed=seed)
     return fitted
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class _Joined:
+    """Feature maps side by side, each block divided by its mean public norm and weighted."""
+
+    parts: tuple[FittedRepresentation, ...]
+    scales: tuple[float, ...]
+    num_fitted: int
+
+    @classmethod
+    def fit(cls, parts: tuple[FittedRepresentation, ...], weights: tuple[float, ...],
+            public: np.ndarray) -> _Joined:
+        norms = [float(np.linalg.norm(part.transform(public), axis=1).mean()) for part in parts]
+        return cls(parts=parts, scales=tuple(w / max(n, 1e-12) for w, n in zip(weights, norms,
+                                                                                strict=True)),
+                   num_fitted=len(public))
+
+    def transform(self, images: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.hstack([
+            scale * part.transform(images) for part, scale in zip(self.parts, self.scales,
+                                                                  strict=True)]),
+            dtype=np.float32)
