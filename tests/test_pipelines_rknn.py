@@ -260,7 +260,7 @@ def _run_with_release(config, splits, estimated=None):
     return result, released["out"]
 
 
-@pytest.mark.parametrize("mode", ["central", "local-rr"])
+@pytest.mark.parametrize("mode", ["central", "local-collision", "shuffle-multi"])
 def test_the_released_record_is_a_function_of_the_release_and_public_data(mode):
     """Other private data with the same noisy counts gives the same record, field by field.
 
