@@ -97,6 +97,23 @@ def test_config_defaults_and_presets():
         ManifoldConfig(min_dist=1.5)
 
 
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("components", 0, "components"), ("neighbors", 1, "neighbors"),
+    ("min_dist", -0.1, "min_dist"), ("map_neighbors", 0, "map_neighbors"),
+    ("pixel_weight", -1.0, "pixel_weight"), ("pixel_weight", float("nan"), "pixel_weight")])
+def test_bad_manifold_settings_name_the_parameter(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        ManifoldConfig(**{field: value})
+
+
+def test_select_queries_refuses_bad_restarts_and_iterations():
+    features = np.random.default_rng(0).random((50, 3)).astype(np.float32)
+    with pytest.raises(ValueError, match="restarts"):
+        select_queries(features, 5, seed=0, restarts=0)
+    with pytest.raises(ValueError, match="iterations"):
+        select_queries(features, 5, seed=0, iterations=0)
+
+
 def test_umap_needs_more_public_images_than_its_neighbours():
     config = digits_config(representation=RepresentationConfig(kind="umap"), public_size=25,
                            clusters=5)

@@ -191,10 +191,9 @@ class RknnConfig:
         mode (fewest cells, least noise per label). On Fashion-MNIST purity grows with s (65%
         at s = 10, 78% at 40, 81% at 100): s = 10 in local modes, where the clients' noise
         dominates, 40 below epsilon = 0.1 and 100 from 0.1 up (:func:`small_preset_clusters`).
-        The 8x8 digits (298 public images):
-        PCA-40 of the raw pixels, s = 40 (measured best of PCA / HOG / HOG-PCA, with and
-        without deskewing, at s = 10, 20, 40). Another representation given in
-        ``overrides`` gets its own s (:func:`small_preset_clusters`).
+        The 8x8 digits (298 public images): PCA-40 of the raw pixels, s = 40 (measured best of
+        PCA / HOG / HOG-PCA, with and without deskewing, at s = 10, 20, 40). Another
+        representation given in ``overrides`` gets its own s (:func:`small_preset_clusters`).
         """
         dataset = _enum(DatasetName, "dataset", overrides.get("dataset", cls.dataset))
         mode = _enum(ReleaseMode, "mode", overrides.get("mode", cls.mode))
@@ -202,9 +201,9 @@ class RknnConfig:
             representation = RepresentationConfig(kind=RepresentationKind.PCA, deskew=False,
                                                   components=40)
         else:  # pixels joined to HOG make MNIST's clusters purer, not Fashion-MNIST's
-            representation = RepresentationConfig(kind=RepresentationKind.UMAP,
-                                                  manifold=ManifoldConfig(
-                pixel_weight=0.5 if dataset is DatasetName.MNIST else 0.0))
+            pixel_weight = 0.5 if dataset is DatasetName.MNIST else 0.0
+            representation = RepresentationConfig(
+                kind=RepresentationKind.UMAP, manifold=ManifoldConfig(pixel_weight=pixel_weight))
         chosen = overrides.get("representation", representation)
         kind = chosen.kind if isinstance(chosen, RepresentationConfig) else None
         values: dict[str, Any] = {

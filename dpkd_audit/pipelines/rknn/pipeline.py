@@ -348,7 +348,6 @@ class RknnResult:
             "provenance": self.provenance,
         }
 
-
     def to_evaluator_record(self, *, command: str | None = None) -> dict[str, Any]:
         """Evaluator-only diagnostics (``evaluator.json`` / ``evaluator.jsonl``): NOT private.
 
