@@ -70,6 +70,8 @@ def digits_config(**overrides) -> RknnConfig:
     ({"mode": "shuffle-multi", "epsilon": 0.015, "k": 2}, "epsilon / k"),
     ({"simulate_local": True, "mode": "central"}, "simulate_local"),
     ({"seed": -1}, "seed"),
+    ({"self_training_rounds": -1}, "self_training_rounds"),
+    ({"self_training_rounds": 0.5}, "self_training_rounds"),
 ])
 def test_config_rejects_bad_values_with_named_errors(overrides, match):
     with pytest.raises(ValueError, match=match):
@@ -84,6 +86,9 @@ def test_config_defaults_and_presets():
     assert paper.representation.kind.value == "encoder"
     small = RknnConfig.small()
     assert small.clusters == 10 and small.representation.kind.value == "umap"
+    assert small.self_training_rounds == 1 and small.student.width == 32
+    assert RknnConfig.small(dataset="digits").self_training_rounds == 0
+    assert RknnConfig().self_training_rounds == 0 and RknnConfig.paper().self_training_rounds == 0
     assert RknnConfig.small(dataset="fashion-mnist", mode="central", epsilon=0.01).clusters == 40
     assert RknnConfig.small(dataset="fashion-mnist", mode="central", epsilon=0.1).clusters == 100
     assert RknnConfig.small(dataset="fashion-mnist", mode="local-collision").clusters == 10
@@ -277,8 +282,9 @@ def _run_with_release(config, splits, estimated=None):
     return result, released["out"]
 
 
-@pytest.mark.parametrize("mode", ["central", "local-collision", "shuffle-multi"])
-def test_the_released_record_is_a_function_of_the_release_and_public_data(mode):
+@pytest.mark.parametrize(("mode", "rounds"), [("central", 0), ("central", 1),
+                                              ("local-collision", 0), ("shuffle-multi", 0)])
+def test_the_released_record_is_a_function_of_the_release_and_public_data(mode, rounds):
     """Other private data with the same noisy counts gives the same record, field by field.
 
     Run 1 on the private set; run 2 on a private set where every record is replaced, its
@@ -287,7 +293,7 @@ def test_the_released_record_is_a_function_of_the_release_and_public_data(mode):
     private counts, labels or images except through the release. The evaluator-only
     diagnostics, which do, must differ (so the test can fail).
     """
-    config = digits_config(mode=mode, epsilon=2.0)
+    config = digits_config(mode=mode, epsilon=2.0, self_training_rounds=rounds)
     base = load_dataset("digits")
     first, release_1 = _run_with_release(config, rknn_splits(base, seed=0))
     second, release_2 = _run_with_release(config, rknn_splits(_scrambled(base, 7), seed=0),
@@ -299,6 +305,8 @@ def test_the_released_record_is_a_function_of_the_release_and_public_data(mode):
         assert a[key] == b[key], key
     assert first.to_evaluator_record() != second.to_evaluator_record()
     assert "label_accuracy_without_noise" not in a and "query_accuracy" not in a
+    assert len(a["test_accuracy_per_round"]) == rounds + 1
+    assert (a["self_trained_label_accuracy"] is None) == (rounds == 0)
 
 
 def test_cluster_purity_by_hand_and_errors():

@@ -134,6 +134,8 @@ def _rknn_config(args: argparse.Namespace, *, epsilon: float, mode: str) -> Any:
     if args.encoder_epochs is not None:
         config = dataclasses.replace(config, encoder=dataclasses.replace(
             config.encoder, epochs=args.encoder_epochs))
+    if args.self_training_rounds is not None:
+        config = dataclasses.replace(config, self_training_rounds=args.self_training_rounds)
     if not isinstance(config.representation, RepresentationConfig):  # pragma: no cover
         raise ValueError("internal error: representation config")
     return config
@@ -387,6 +389,9 @@ def _add_rknn_arguments(p: argparse.ArgumentParser) -> None:
                                                    "set)")
     p.add_argument("--student-epochs", type=int, help="override the student's epochs")
     p.add_argument("--encoder-epochs", type=int, help="override the encoder's epochs")
+    p.add_argument("--self-training-rounds", type=int,
+                   help="rounds of self-training on the public split after the first student "
+                        "(default: 1 in the small preset on MNIST / Fashion-MNIST, else 0)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
     p.add_argument("--split-seed", type=int, default=0, help="seed of the public/test split")
     p.add_argument("--out", required=True, help="output directory")

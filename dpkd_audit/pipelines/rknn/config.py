@@ -109,6 +109,10 @@ class RknnConfig:
         student: Student CNN training.
         soft_labels: Train on the normalised noisy counts of each query (the paper's
             "soft labeling results") instead of the noisy argmax with label smoothing.
+        self_training_rounds: Rounds (>= 0) of self-training after the first student: a
+            fresh student learns the previous one's predictions on the public images
+            (:mod:`~dpkd_audit.pipelines.common.self_training`; not in the paper, 0 there).
+            Post-processing of the release and the public images: free in privacy.
         public_size: Size of the public split (default: half of the test set).
         split_seed: Seed of the public / student-test split.
         seed: Seed of k-means, the encoder and the student (the release noise comes from the
@@ -129,6 +133,7 @@ class RknnConfig:
     encoder: EncoderConfig = dataclasses.field(default_factory=EncoderConfig)
     student: StudentConfig = dataclasses.field(default_factory=StudentConfig.small)
     soft_labels: bool = False
+    self_training_rounds: int = 0
     public_size: int | None = None
     split_seed: int = 0
     seed: int = 0
@@ -173,6 +178,7 @@ class RknnConfig:
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"{name} must be a {kind.__name__}; got "
                                  f"{type(getattr(self, name)).__name__}")
+        _validate.check_int("self_training_rounds", self.self_training_rounds, minimum=0)
         if self.public_size is not None:
             _validate.check_int("public_size", self.public_size, minimum=1)
         _validate.check_int("split_seed", self.split_seed, minimum=0)
@@ -194,6 +200,13 @@ class RknnConfig:
         The 8x8 digits (298 public images): PCA-40 of the raw pixels, s = 40 (measured best of
         PCA / HOG / HOG-PCA, with and without deskewing, at s = 10, 20, 40). Another
         representation given in ``overrides`` gets its own s (:func:`small_preset_clusters`).
+
+        Student (MNIST / Fashion-MNIST): width 32, 20 epochs, then one self-training round
+        (``self_training_rounds`` = 1). Measured on MNIST, central eps = 0.1, s = 10 (labels
+        97.12% right, the cluster purity; one thread): width 16 x 15 epochs 98.66%, its
+        self-training round 98.66% (a second round 98.80%); width 32 x 20 epochs 98.64%, its
+        round 98.94%, on labels the first student made 98.06% right. Digits: width 16, no
+        self-training.
         """
         dataset = _enum(DatasetName, "dataset", overrides.get("dataset", cls.dataset))
         mode = _enum(ReleaseMode, "mode", overrides.get("mode", cls.mode))
@@ -206,12 +219,15 @@ class RknnConfig:
                 kind=RepresentationKind.UMAP, manifold=ManifoldConfig(pixel_weight=pixel_weight))
         chosen = overrides.get("representation", representation)
         kind = chosen.kind if isinstance(chosen, RepresentationConfig) else None
+        digits = dataset is DatasetName.DIGITS
         values: dict[str, Any] = {
             "clusters": small_preset_clusters(dataset, mode, kind,
                                               float(overrides.get("epsilon", cls.epsilon))),
             "representation": representation,
             "encoder": EncoderConfig(),
-            "student": StudentConfig.small(),
+            "student": StudentConfig.small() if digits else dataclasses.replace(
+                StudentConfig.small(), width=32, epochs=20),
+            "self_training_rounds": 0 if digits else 1,
             "preset": Preset.SMALL,
         }
         values.update(overrides)

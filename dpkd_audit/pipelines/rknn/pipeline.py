@@ -1,13 +1,14 @@
 """Reverse k-NN private labelling, end to end (reverse k-NN paper, Algorithm 1 with T = 1).
 
 1. Representation fitted on the public split only; private records are only mapped through it.
-2. Queries: faiss k-means of the public representations (s clusters), medoid queries.
+2. Queries: k-means of the public representations (s clusters), medoid queries.
 3. Reverse k-NN: each private record's k nearest queries; label votes.
 4. Private release of the s x |Y| counts (:mod:`dpkd_audit.pipelines.rknn.release`), charged to
    the ledger before it exists.
 5. Noisy argmax per query; every public sample inherits its cluster's label; a student CNN is
    trained on the labelled public split and evaluated on the held-out student-test split
-   (last epoch).
+   (last epoch); with ``self_training_rounds``, fresh students then learn the previous one's
+   predictions on the public split (post-processing, free in privacy).
 
 Stages 1-3 do not depend on epsilon or the release mode: :func:`prepare` computes them once
 and :func:`run` accepts the result, which is how sweeps reuse them.
@@ -46,7 +47,7 @@ from dpkd_audit.pipelines.common.representations import (
     RepresentationKind,
     fit_representation,
 )
-from dpkd_audit.pipelines.common.student import train_student
+from dpkd_audit.pipelines.common.self_training import train_self_trained_student
 from dpkd_audit.pipelines.purity import cluster_purity
 from dpkd_audit.pipelines.rknn.config import ReleaseMode, RknnConfig
 from dpkd_audit.pipelines.rknn.queries import Queries, nearest_queries, select_queries
@@ -260,6 +261,11 @@ class RknnResult:
         cluster_purity: Share of public samples whose label is their cluster's most common
             public label: the best label accuracy any labelling of these clusters can reach,
             a function of public data only.
+        self_trained_label_accuracy: Share of public samples whose label in the last
+            self-training round is right (``None`` without self-training); a function of the
+            release and public data.
+        test_accuracy_per_round: Last-epoch test accuracy of the first student and of each
+            self-training round's (the last is ``test_accuracy``).
         evaluator: Diagnostics computed from the **exact private counts** (not released:
             :meth:`to_evaluator_record`, never in :meth:`to_record`):
             ``label_accuracy_without_noise`` (the label accuracy of the exact vote argmax) and
@@ -288,6 +294,8 @@ class RknnResult:
     test_accuracy_per_epoch: tuple[float, ...]
     label_accuracy: float
     cluster_purity: float
+    self_trained_label_accuracy: float | None
+    test_accuracy_per_round: tuple[float, ...]
     evaluator: dict[str, float]
     epsilon_published: float
     epsilon_record_level: float
@@ -322,6 +330,9 @@ class RknnResult:
             "test_accuracy": self.test_accuracy,
             "label_accuracy": self.label_accuracy,
             "cluster_purity": self.cluster_purity,
+            "self_training_rounds": cfg.self_training_rounds,
+            "self_trained_label_accuracy": self.self_trained_label_accuracy,
+            "test_accuracy_per_round": list(self.test_accuracy_per_round),
             "epsilon_published": self.epsilon_published,
             "epsilon_record_level": record_level if math.isfinite(record_level) else None,
             "record_level_note": (
@@ -453,10 +464,14 @@ def run(config: RknnConfig, *, ledger: Ledger, rng: np.random.Generator,
         targets = _targets(released.estimated, query_labels, assignment,
                            soft=config.soft_labels)
     with timer.stage("student"):
-        student = train_student(splits.public_images, targets, num_classes=num_classes,
-                                test_images=splits.student_test_images,
-                                test_labels=splits.student_test_labels, config=config.student,
-                                seed=config.seed, device=torch_device, progress=progress)
+        trained = train_self_trained_student(
+            splits.public_images, targets, rounds=config.self_training_rounds,
+            num_classes=num_classes, test_images=splits.student_test_images,
+            test_labels=splits.student_test_labels, config=config.student, seed=config.seed,
+            device=torch_device, progress=progress)
+        student = trained.student
+        self_trained = (float(np.mean(trained.labels_per_round[-1] == public_truth))
+                        if trained.labels_per_round else None)
     seconds = dict(timer.seconds)
     seconds["total"] = sum(seconds.values())
     return RknnResult(
@@ -465,6 +480,8 @@ def run(config: RknnConfig, *, ledger: Ledger, rng: np.random.Generator,
         test_accuracy_per_epoch=tuple(float(a) for a in student.test_accuracy_per_epoch),
         label_accuracy=label_accuracy,
         cluster_purity=purity,
+        self_trained_label_accuracy=self_trained,
+        test_accuracy_per_round=trained.test_accuracy_per_round,
         evaluator=evaluator,
         epsilon_published=config.epsilon,
         epsilon_record_level=_record_level_epsilon(config, released.events),
