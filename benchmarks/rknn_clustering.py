@@ -1,12 +1,12 @@
 """Cluster purity of reverse k-NN's queries, per representation, s and k-means restarts.
 
 Public data only (the rknn splits' public half): fit each representation on the public images,
-cluster them into s groups with the pipeline's own :func:`select_queries` (faiss k-means, best
-of ``restarts`` runs) and report the cluster purity (share of public images whose label is
-their cluster's most common label: the most any labelling of these queries can reach) and the
-seconds of the fit. ``umap`` is run once per ``--pixel-weights`` value (the weight of the
-deskewed pixels' PCA joined to the HOG + PCA features; the small preset uses 0.5 on MNIST,
-0 on Fashion-MNIST). No private record is read.
+cluster them into s groups with the pipeline's own :func:`select_queries` (scikit-learn
+k-means, best of ``restarts`` runs) and report the cluster purity (share of public images
+whose label is their cluster's most common label: the most any labelling of these queries can
+reach) and the seconds of the fit. ``umap`` is run once per ``--pixel-weights`` value (the
+weight of the deskewed pixels' PCA joined to the HOG + PCA features; the small preset uses 0.5
+on MNIST, 0 on Fashion-MNIST). No private record is read.
 
 Usage (2 threads):
     python benchmarks/rknn_clustering.py --dataset mnist --data-dir ../shared/data/mnist \
