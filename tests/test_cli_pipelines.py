@@ -23,6 +23,7 @@ def test_run_rknn_writes_result_and_config(tmp_path, capsys):
         assert key in record, key
     assert record["command"].startswith("dpkd run rknn --epsilon 1")
     assert record["config"]["clusters"] == 20 and record["config"]["student"]["epochs"] == 2
+    assert record["self_training_rounds"] == 0 == record["config"]["self_training_rounds"]
     saved = json.loads((out / "config.json").read_text())
     assert saved["argv"][:2] == ["run", "rknn"] and saved["config"] == record["config"]
     assert "test accuracy" in capsys.readouterr().out
@@ -31,6 +32,16 @@ def test_run_rknn_writes_result_and_config(tmp_path, capsys):
     evaluator = json.loads((out / "evaluator.json").read_text())
     assert evaluator["evaluator_only"] is True and "NOT PRIVATE" in evaluator["note"]
     assert 0 < evaluator["label_accuracy_without_noise"] <= record["cluster_purity"]
+
+
+def test_run_rknn_self_training_rounds_reach_the_record(tmp_path):
+    out = tmp_path / "st"
+    assert main(["run", "rknn", "--epsilon", "1", "--out", str(out),
+                 "--self-training-rounds", "1", *FAST]) == 0
+    record = json.loads((out / "result.json").read_text())
+    assert record["self_training_rounds"] == 1 and len(record["test_accuracy_per_round"]) == 2
+    assert record["test_accuracy"] == record["test_accuracy_per_round"][-1]
+    assert isinstance(record["self_trained_label_accuracy"], float)  # 2 epochs: no floor
 
 
 def test_run_rknn_charges_a_ledger_file(tmp_path):
@@ -49,6 +60,7 @@ def test_run_rknn_charges_a_ledger_file(tmp_path):
     (["--clusters", "500"], "clusters must be <= the public set size 298"),
     (["--mode", "shuffle", "--delta", "0"], "delta must be in"),
     (["--device", "tpu"], "device must be"),
+    (["--self-training-rounds", "-1"], "self_training_rounds must be"),
 ])
 def test_run_rknn_bad_input_fails_early_with_a_clear_message(tmp_path, capsys, args, message):
     base = ["run", "rknn", "--out", str(tmp_path / "x"), "--dataset", "digits", "--clusters",
