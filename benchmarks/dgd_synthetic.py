@@ -88,18 +88,16 @@ def main() -> None:
                       "baseline_test_accuracy": round(trained.test_accuracy, 4),
                       "real_pixel_mean": round(float(test.mean()), 4),
                       "queries": args.queries}), flush=True)
-    share = StatisticsConfig(epsilon_share=0.5, clip_norm=16.0)
-    reference = release_feature_statistics(
-        baseline, dataset.train_images, config=share,
-        mechanism=statistics_mechanism(share, target_epsilon=2.0, delta=1e-5),
-        ledger=Ledger(epsilon=math.inf, unbounded=True), rng=np.random.default_rng(0),
-        device=device)
-    exact_config = StatisticsConfig(epsilon_share=0.5, clip_norm=1e6)
-    exact = release_feature_statistics(
-        baseline, dataset.train_images, config=exact_config,
-        mechanism=statistics_mechanism(exact_config, target_epsilon=2e7, delta=1e-5),
-        ledger=Ledger(epsilon=math.inf, unbounded=True), rng=np.random.default_rng(0),
-        device=device)
+    def statistics(clip_norm: float, epsilon: float):
+        share = StatisticsConfig(epsilon_share=0.5, clip_norm=clip_norm)
+        return release_feature_statistics(
+            baseline, dataset.train_images, config=share,
+            mechanism=statistics_mechanism(share, target_epsilon=2 * epsilon, delta=1e-5),
+            ledger=Ledger(epsilon=math.inf, unbounded=True), rng=np.random.default_rng(0),
+            device=device)
+
+    reference = statistics(16.0, 1.0)
+    exact = statistics(1e6, 1e7)
     student = dataclasses.replace(base.student, tangent_weight=0.0, normal_weight=0.0,
                                   entropy_weight=0.0)
     stats_generator = dataclasses.replace(base.generator, beta=10.0, steps=1000)

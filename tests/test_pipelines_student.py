@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from sklearn.datasets import load_digits
+from digits_helpers import digits_split, single_thread
 
 from dpkd_audit.pipelines.common import student as student_module
 from dpkd_audit.pipelines.common.student import (
@@ -30,22 +30,13 @@ ACCURACY_FLOOR = 0.93
 
 @pytest.fixture(scope="module", autouse=True)
 def _single_thread():
-    # Tiny 8x8 nets run faster on one thread, and a second OpenMP thread on a busy 2-core
-    # machine slowed this file from about 10 s to minutes. Restored afterwards.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with single_thread():
+        yield
 
 
 @pytest.fixture(scope="module")
 def digits() -> dict[str, np.ndarray]:
-    data = load_digits()
-    images = np.clip(np.rint(data.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)
-    order = np.random.default_rng(0).permutation(len(images))
-    train, test = order[:1000], order[1000:]
-    return {"x": images[train], "y": data.target[train].astype(np.int64),
-            "xt": images[test], "yt": data.target[test].astype(np.int64)}
+    return digits_split()
 
 
 @pytest.fixture(scope="module")

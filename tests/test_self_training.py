@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from sklearn.datasets import load_digits
+from digits_helpers import digits_split, single_thread
 
 from dpkd_audit.pipelines.common.self_training import train_self_trained_student
 from dpkd_audit.pipelines.common.student import StudentConfig, predict, train_student
@@ -16,20 +16,13 @@ FAST = StudentConfig(epochs=10, batch_size=64, learning_rate=0.1, width=12)
 
 @pytest.fixture(scope="module", autouse=True)
 def _single_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with single_thread():
+        yield
 
 
 @pytest.fixture(scope="module")
 def digits() -> dict[str, np.ndarray]:
-    data = load_digits()
-    images = np.clip(np.rint(data.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)
-    order = np.random.default_rng(0).permutation(len(images))
-    train, test = order[:1000], order[1000:]
-    return {"x": images[train], "y": data.target[train].astype(np.int64),
-            "xt": images[test], "yt": data.target[test].astype(np.int64)}
+    return digits_split()
 
 
 def _noisy(digits) -> np.ndarray:

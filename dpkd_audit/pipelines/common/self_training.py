@@ -41,13 +41,11 @@ class SelfTrainingResult:
             first (for the record and plots; never to pick a round).
         labels_per_round: The hard labels each self-training round trained on (round 1
             first; empty with ``rounds = 0``).
-        seconds: Seconds of all rounds together.
     """
 
     student: StudentResult
     test_accuracy_per_round: tuple[float, ...]
     labels_per_round: tuple[np.ndarray, ...] = dataclasses.field(repr=False)
-    seconds: float
 
 
 def train_self_trained_student(train_images: np.ndarray, train_targets: np.ndarray, *,
@@ -82,7 +80,6 @@ def train_self_trained_student(train_images: np.ndarray, train_targets: np.ndarr
     result = train_student(train_images, train_targets, num_classes=num_classes,
                            test_images=test_images, test_labels=test_labels, config=config,
                            seed=seed, device=device, progress=progress)
-    seconds = result.seconds
     accuracies = [result.test_accuracy]
     labels: list[np.ndarray] = []
     for r in range(1, rounds + 1):
@@ -91,7 +88,6 @@ def train_self_trained_student(train_images: np.ndarray, train_targets: np.ndarr
         result = train_student(train_images, labels[-1], num_classes=num_classes,
                                test_images=test_images, test_labels=test_labels,
                                config=config, seed=seed + r, device=device, progress=progress)
-        seconds += result.seconds
         accuracies.append(result.test_accuracy)
     return SelfTrainingResult(student=result, test_accuracy_per_round=tuple(accuracies),
-                              labels_per_round=tuple(labels), seconds=seconds)
+                              labels_per_round=tuple(labels))
