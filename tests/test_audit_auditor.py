@@ -485,3 +485,18 @@ def test_verdicts():
     assert verdict_of(POWER_FRACTION, 1.0) is Verdict.CONSISTENT
     assert verdict_of(1.0, 1.0) is Verdict.CONSISTENT
     assert verdict_of(1.0 + 1e-12, 1.0) is Verdict.VIOLATION
+
+
+def test_a_noiseless_column_beside_noisy_ones_is_flagged():
+    """A vector output in which one column is exact (constant per input, different between
+    them) among many noisy ones - e.g. an exact count leaked beside released noisy counts -
+    is the most telling column of all; it must be found with few samples (it once scored a
+    z of 0 because its variance is 0)."""
+    def sampler(x, n, rng):
+        noisy = rng.laplace(0.0, 2.0, size=(n, 60))
+        exact = np.full((n, 1), 17.0 if x else 16.0)
+        return np.hstack([noisy, exact, rng.laplace(0.0, 2.0, size=(n, 60))])
+
+    res = audit_sampler(sampler, True, False, epsilon=1.0, n=200, rng=np.random.default_rng(3))
+    assert res.violation and res.epsilon_lower > 3.0
+    assert res.attack is Attack.COORDINATE

@@ -429,7 +429,11 @@ def coordinate_candidate(halves: Halves, sel: Selection) -> Candidate:
     with np.errstate(invalid="ignore", divide="ignore"):
         ca, cb = np.where(np.isfinite(pa), pa, 0.0), np.where(np.isfinite(pb), pb, 0.0)
         spread = np.sqrt(ca.var(axis=0) / len(ca) + cb.var(axis=0) / len(cb))
-        z_mean = np.abs(ca.mean(axis=0) - cb.mean(axis=0)) / np.where(spread > 0, spread, np.inf)
+        gap = np.abs(ca.mean(axis=0) - cb.mean(axis=0))
+        # a column constant on each side but different between them is the most telling of
+        # all (e.g. an exact count leaked beside noisy ones): infinite z, never 0
+        z_mean = np.where(spread > 0, gap / np.where(spread > 0, spread, 1.0),
+                          np.where(gap > 0, np.inf, 0.0))
     order = np.argsort(-z_mean, kind="stable")[:COORDINATES_TRIED]
     found = []
     for j in order:

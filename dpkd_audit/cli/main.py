@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from dpkd_audit.cli.arguments import int_at_least, positive_float
+from dpkd_audit.cli.audit_run import add_audit_run_parser
 from dpkd_audit.cli.paths import output_file
 from dpkd_audit.cli.pipelines import add_pipeline_parsers, argv_or_default
 
@@ -386,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_ledger)
 
     add_pipeline_parsers(sub)
+    add_audit_run_parser(sub)
     return parser
 
 

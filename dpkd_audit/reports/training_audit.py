@@ -1,0 +1,98 @@
+"""Pipeline-audit reports, built from saved records (``kind: pipeline-audit``) only.
+
+A record holds the claim (``epsilon_claimed``, ``delta``), the bound (``epsilon_lower``,
+``confidence``, ``verdict``) and ``score_histogram``: ``{"edges": [...], "x": [...],
+"x_prime": [...]}``, the counts of the canary scores of the runs on each side.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["pipeline_audit_markdown", "plot_pipeline_audit", "score_histogram"]
+
+#: Bins of the score histograms kept in a record.
+HISTOGRAM_BINS = 60
+
+
+def score_histogram(scores_x: Any, scores_x_prime: Any,
+                    bins: int = HISTOGRAM_BINS) -> dict[str, list[float]]:
+    """Counts of the two sides' scores on shared bin edges (what the record keeps for plots)."""
+    a = np.asarray(scores_x, dtype=np.float64)
+    b = np.asarray(scores_x_prime, dtype=np.float64)
+    pooled = np.concatenate([a, b])
+    if pooled.size == 0 or not np.all(np.isfinite(pooled)):
+        raise ValueError("scores must be non-empty and finite")
+    lo, hi = float(np.min(pooled)), float(np.max(pooled))
+    if np.all(pooled == np.round(pooled)) and hi - lo < 4 * bins:  # integer scores: one bin each
+        edges = np.arange(lo - 0.5, hi + 1.0, 1.0)
+    else:
+        edges = np.linspace(lo, max(hi, lo + 1.0), bins + 1)
+    return {"edges": edges.tolist(),
+            "x": np.histogram(a, edges)[0].astype(int).tolist(),
+            "x_prime": np.histogram(b, edges)[0].astype(int).tolist()}
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "inf" if math.isinf(value) else f"{value:.4g}"
+    return str(value)
+
+
+def pipeline_audit_markdown(records: Sequence[dict[str, Any]]) -> str:
+    """One Markdown row per pipeline audit: claim, bound, ratio, verdict, runs, seconds."""
+    lines = ["| pipeline | dataset | mode | claimed eps | delta | eps lower bound | lower / "
+             "claimed | confidence | verdict | runs per side | attack | seconds |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|---:|---|---:|"]
+    for r in records:
+        claimed, lower = float(r["epsilon_claimed"]), float(r["epsilon_lower"])
+        seconds = sum(float(v) for v in r.get("seconds", {}).values())
+        lines.append(
+            f"| {r['pipeline']} | {r['dataset']} | {r['mode']} | {_fmt(claimed)} | "
+            f"{_fmt(float(r['delta']))} | {_fmt(lower)} | {_fmt(lower / claimed)} | "
+            f"{float(r['confidence']):.0%} | {r['verdict']} | {r['runs_per_side']} | "
+            f"{r['attack']} | {seconds:.0f} |")
+    return "\n".join(lines)
+
+
+def plot_pipeline_audit(record: dict[str, Any], path: str | Path) -> Path:
+    """Score histograms of the two sides (left) and the bound against the claim (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    hist = record["score_histogram"]
+    edges = np.asarray(hist["edges"], dtype=np.float64)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2),
+                                      gridspec_kw={"width_ratios": [2.2, 1]})
+    left.stairs(hist["x"], edges, fill=True, alpha=0.45, color="tab:red",
+                label=f"x: canary label {record['canary']['label_x']}")
+    left.stairs(hist["x_prime"], edges, fill=True, alpha=0.45, color="tab:blue",
+                label=f"x': canary label {record['canary']['label_x_prime']}")
+    left.set_xlabel(record.get("score_name", "canary score"))
+    left.set_ylabel("runs")
+    left.set_title(f"{record['runs_per_side']} runs per side")
+    left.legend(fontsize=8)
+    claimed, lower = float(record["epsilon_claimed"]), float(record["epsilon_lower"])
+    right.bar([0, 1], [claimed, lower], color=["black", "tab:red" if lower > claimed
+                                               else "tab:green"], width=0.6)
+    right.set_xticks([0, 1], ["claimed", f"lower bound\n({float(record['confidence']):.0%})"])
+    right.set_ylabel("epsilon")
+    right.set_title(f"{record['verdict']}: {lower:.3f} / {claimed:g} = {lower / claimed:.2f}")
+    fig.suptitle(f"{record['pipeline']} {record['dataset']} {record['mode']}: "
+                 f"{record['estimator']} audit ({record['neighbouring'].split(':')[0]})",
+                 fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
