@@ -1,5 +1,9 @@
 """``dpkd audit-run PIPELINE``: an empirical lower bound on a whole pipeline's epsilon.
 
+- ``rknn``: many runs of the release path with and without one record's label.
+- ``dpdfd`` / ``dgd`` ``--mode sound``: one run of the DP-SGD teacher / baseline with white-box
+  gradient canaries (Steinke-Nasr-Jagielski 2023), against the DP-SGD event's own epsilon.
+
 Writes ``OUT/audit.json`` (the record: claim, bound, confidence, verdict, canary, runs, event,
 score histograms, seconds, config, command, provenance) and ``OUT/audit.png`` (score histograms
 of the two sides and the bound against the claim). Exit status 1 when the bound refutes the
@@ -66,6 +70,88 @@ def _cmd_audit_run_rknn(args: argparse.Namespace) -> int:
     return 1 if result.audit.violation else 0
 
 
+def _cmd_audit_run_dp_sgd(args: argparse.Namespace) -> int:
+    from dpkd_audit.audit.training import MIN_CANARIES
+    from dpkd_audit.pipelines.common.canaries import GradientCanaries
+    from dpkd_audit.pipelines.common.dp_sgd_audit import audit_dp_sgd, default_guesses
+    from dpkd_audit.provenance import provenance
+    from dpkd_audit.reports.training_audit import plot_pipeline_audit, score_histogram
+
+    if args.canaries < MIN_CANARIES:
+        raise ValueError(f"--canaries must be >= {MIN_CANARIES}; got {args.canaries}")
+    guesses = default_guesses(args.canaries) if args.guesses is None else args.guesses
+    if not 1 <= guesses <= args.canaries // 2:
+        raise ValueError(f"--guesses must be in [1, {args.canaries // 2}] (half of --canaries);"
+                         f" got {guesses}")
+    if args.pipeline == "dgd":
+        from dpkd_audit.cli.dgd import _config as dgd_config
+        from dpkd_audit.pipelines import dgd as pipeline
+
+        config = dgd_config(args, mode="sound", queries=args.queries, epsilon=args.epsilon)
+        role, model = "baseline", config.dp_baseline
+    else:
+        from dpkd_audit.cli.dpdfd import _config as dpdfd_config
+        from dpkd_audit.pipelines import dpdfd as pipeline
+
+        config = dpdfd_config(args, epsilon=args.epsilon, mode="sound")
+        role, model = "teacher", config.dp_teacher
+    canaries = GradientCanaries(count=args.canaries, seed=args.audit_seed)
+    data = pipeline.load_data(config, data_dir=args.data_dir, progress=not args.quiet).dataset
+    ledger = pipeline.ledger_for(config)
+    n = int(data.train_images.shape[0])
+    if args.pipeline == "dgd":
+        plan = pipeline.check_run(config, ledger, num_private=n,
+                                  num_classes=data.num_classes).dp_sgd
+    else:
+        plan = pipeline.planned_dp_sgd(config, n)
+    out = _out_dir(args.out)
+    result = audit_dp_sgd(data, role=role, teacher=model, dp_sgd=config.dp_sgd, plan=plan,
+                          ledger=ledger, canaries=canaries, guesses=guesses,
+                          confidence=args.confidence, seed=config.seed, device=args.device,
+                          progress=not args.quiet)
+    record: dict[str, Any] = {"pipeline": args.pipeline, "dataset": config.dataset.value,
+                              "mode": "sound", **result.to_record(),
+                              "seed": config.seed, "audit_seed": args.audit_seed,
+                              "config": config.to_dict(), "command": _command(args.argv),
+                              "provenance": provenance()}
+    record["score_name"] = ("canary score: initial minus final weight of the canary's "
+                            "coordinate")
+    record["side_labels"] = {"x": "inserted canaries", "x_prime": "canaries left out"}
+    record["score_histogram"] = score_histogram(result.scores[result.included],
+                                                result.scores[~result.included])
+    _write_json(out / "audit.json", record)
+    plot_pipeline_audit(record, out / "audit.png")
+    bound = result.bound
+    print(f"{args.pipeline} sound DP-SGD {role}: epsilon >= {bound.epsilon_lower:.4f} at "
+          f"{bound.confidence:.0%} (claimed {result.epsilon_dp_sgd:.4g} for DP-SGD, delta "
+          f"{bound.delta:g}; run target {config.epsilon:g}); {bound.verdict}; {bound.correct} "
+          f"of {bound.guesses} guesses right, {bound.canaries} canaries\n"
+          f"wrote {out / 'audit.json'} and {out / 'audit.png'}")
+    if args.json:
+        print(json.dumps(record, indent=2))
+    return 1 if bound.verdict == "violation" else 0
+
+
+def _add_one_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", choices=["sound"], default="sound",
+                   help="sound (the DP-SGD model is audited)")
+    p.add_argument("--epsilon", type=positive_float, required=True,
+                   help="record-level target of the run (its DP-SGD share is the claim)")
+    p.add_argument("--canaries", type=int, default=1000,
+                   help="gradient canaries m (default 1000; >= 2), each inserted with "
+                        "probability 1/2")
+    p.add_argument("--guesses", type=int,
+                   help="guesses on each side, fixed before the run (default: 5%% of "
+                        "--canaries)")
+    p.add_argument("--confidence", type=_confidence, default=0.95,
+                   help="confidence of the bound (default 0.95)")
+    p.add_argument("--seed", type=int_at_least(0), default=0,
+                   help="seed of the model and its mini-batches")
+    p.add_argument("--audit-seed", type=int_at_least(0), default=0,
+                   help="seed of the canaries' inclusion, coordinates and sampling")
+    p.add_argument("--json", action="store_true", help="print the record")
+
+
 def add_audit_run_parser(sub: argparse._SubParsersAction) -> None:
     """Add ``audit-run`` (a sub-command per pipeline) to ``dpkd``."""
     parser = sub.add_parser(
@@ -92,3 +178,23 @@ def add_audit_run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the record")
     _add_rknn_arguments(p)
     p.set_defaults(func=_cmd_audit_run_rknn)
+
+    from dpkd_audit.cli import dgd as dgd_cli
+    from dpkd_audit.cli import dpdfd as dpdfd_cli
+
+    for name, module, what in (("dpdfd", dpdfd_cli, "DP-DFD's DP-SGD teacher"),
+                               ("dgd", dgd_cli, "DGD's DP-SGD baseline")):
+        p = pipelines.add_parser(
+            name, help=f"{what} (sound mode): one run with white-box gradient canaries",
+            description=f"Trains {what} exactly as a sound run would (the plan calibrated for "
+                        "--epsilon, charged to a fresh ledger) with --canaries Dirac gradient "
+                        "canaries, each inserted with probability 1/2, and bounds epsilon from "
+                        "the one run (Steinke, Nasr, Jagielski 2023) against the DP-SGD event's "
+                        "own epsilon. Exit status 1 on a violation.")
+        _add_one_run_arguments(p)
+        if name == "dgd":
+            p.add_argument("--queries", type=int_at_least(1),
+                           help="label queries of the run (default: the most that fit "
+                                "--query-share of --epsilon)")
+        module._add_arguments(p)
+        p.set_defaults(func=_cmd_audit_run_dp_sgd)

@@ -1,8 +1,10 @@
 """Pipeline-audit reports, built from saved records (``kind: pipeline-audit``) only.
 
 A record holds the claim (``epsilon_claimed``, ``delta``), the bound (``epsilon_lower``,
-``confidence``, ``verdict``) and ``score_histogram``: ``{"edges": [...], "x": [...],
-"x_prime": [...]}``, the counts of the canary scores of the runs on each side.
+``confidence``, ``verdict``), ``estimator`` (``many-run`` or ``one-run``), ``side_labels``
+(``{"x": ..., "x_prime": ...}``: what each histogram is) and ``score_histogram``:
+``{"edges": [...], "x": [...], "x_prime": [...]}``, the counts of the scores on each side (runs
+on x and x', or inserted and left-out canaries).
 """
 
 from __future__ import annotations
@@ -73,13 +75,16 @@ def plot_pipeline_audit(record: dict[str, Any], path: str | Path) -> Path:
     edges = np.asarray(hist["edges"], dtype=np.float64)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2),
                                       gridspec_kw={"width_ratios": [2.2, 1]})
-    left.stairs(hist["x"], edges, fill=True, alpha=0.45, color="tab:red",
-                label=f"x: canary label {record['canary']['label_x']}")
+    sides = record.get("side_labels", {"x": "x", "x_prime": "x'"})
+    left.stairs(hist["x"], edges, fill=True, alpha=0.45, color="tab:red", label=sides["x"])
     left.stairs(hist["x_prime"], edges, fill=True, alpha=0.45, color="tab:blue",
-                label=f"x': canary label {record['canary']['label_x_prime']}")
+                label=sides["x_prime"])
     left.set_xlabel(record.get("score_name", "canary score"))
-    left.set_ylabel("runs")
-    left.set_title(f"{record['runs_per_side']} runs per side")
+    one_run = record.get("estimator") == "one-run"
+    left.set_ylabel("canaries" if one_run else "runs")
+    left.set_title(f"one run, {record['canaries']} canaries ({record['correct']} of "
+                   f"{record['guesses']} guesses right)" if one_run
+                   else f"{record['runs_per_side']} runs per side")
     left.legend(fontsize=8)
     claimed, lower = float(record["epsilon_claimed"]), float(record["epsilon_lower"])
     right.bar([0, 1], [claimed, lower], color=["black", "tab:red" if lower > claimed

@@ -34,6 +34,7 @@ from dpkd_audit.accountants.dp_sgd import (
     calibrate_dp_sgd_noise,
 )
 from dpkd_audit.ledger import Ledger
+from dpkd_audit.pipelines.common.canaries import GradientCanaries, GradientCanaryInjector
 from dpkd_audit.pipelines.common.devices import resolve_device
 from dpkd_audit.pipelines.common.progress import progress_counter
 from dpkd_audit.pipelines.common.teacher import TeacherConfig, build_teacher
@@ -148,6 +149,10 @@ class DpTeacherResult:
         plan: The charged plan.
         seconds: Wall-clock seconds of training.
         model: The trained model (GroupNorm in place of BatchNorm), eval mode.
+        canary_scores: With gradient canaries, each canary's score (initial minus final
+            weight of its coordinate; :mod:`~dpkd_audit.pipelines.common.canaries`), else
+            ``None``.
+        canary_samples: How many canary gradient rows the run added (all steps).
     """
 
     test_accuracy: float
@@ -155,6 +160,9 @@ class DpTeacherResult:
     plan: DpSgdPlan
     seconds: float
     model: nn.Module = dataclasses.field(repr=False, compare=False)
+    canary_scores: np.ndarray | None = dataclasses.field(default=None, repr=False,
+                                                         compare=False)
+    canary_samples: int = 0
 
 
 def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -168,7 +176,8 @@ def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
 def train_dp_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int,
                      test_images: np.ndarray, test_labels: np.ndarray, teacher: TeacherConfig,
                      config: DpSgdConfig, plan: DpSgdPlan, ledger: Ledger, seed: int,
-                     device: torch.device | str, progress: bool = True) -> DpTeacherResult:
+                     device: torch.device | str, progress: bool = True,
+                     canaries: GradientCanaries | None = None) -> DpTeacherResult:
     """Charge ``plan.event`` to ``ledger``, then train the teacher with DP-SGD.
 
     Args:
@@ -186,6 +195,10 @@ def train_dp_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int
             derived from it).
         device: CPU or CUDA.
         progress: A tqdm bar over steps.
+        canaries: White-box gradient canaries for an audit
+            (:mod:`~dpkd_audit.pipelines.common.canaries`): the inserted ones are
+            Poisson-sampled like every record and their rows join the per-sample gradients
+            before clipping and noise; their scores are in the result.
     """
     from opacus import PrivacyEngine
     from opacus.data_loader import DPDataLoader
@@ -197,6 +210,9 @@ def train_dp_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int
         raise ValueError(f"images must hold the plan's {plan.schedule.dataset_size} records; got "
                          f"{images.shape[0]}")
     _validate.check_int("seed", seed, minimum=0)
+    if canaries is not None and not isinstance(canaries, GradientCanaries):
+        raise ValueError(f"canaries must be GradientCanaries or None; got "
+                         f"{type(canaries).__name__}")
     device = resolve_device(device)
     init_gen = torch.Generator().manual_seed(seed)
     sample_gen = torch.Generator().manual_seed(seed + 1_000_003)
@@ -230,6 +246,9 @@ def train_dp_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int
             module=model, optimizer=optimizer, data_loader=dp_loader,
             noise_multiplier=plan.noise_multiplier, max_grad_norm=config.max_grad_norm,
             poisson_sampling=False, noise_generator=noise_gen)
+    injector = None if canaries is None else GradientCanaryInjector(
+        canaries, optimizer.params, sampling_probability=plan.schedule.sampling_probability,
+        clip_norm=config.max_grad_norm)
     x_test = torch.from_numpy(np.array(test_images, dtype=np.uint8)).unsqueeze(1).float() \
         .div_(255.0).to(device)
     y_test = torch.from_numpy(np.array(test_labels, dtype=np.int64)).to(device)
@@ -246,11 +265,14 @@ def train_dp_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int
                 with warnings.catch_warnings():  # Opacus's hooks on an input without grad
                     warnings.filterwarnings("ignore", message="Full backward hook")
                     loss.backward()
+            if injector is not None:
+                injector.add_rows()
             optimizer.step()
             bar.update(1)
         accuracies.append(_accuracy(model, x_test, y_test))
         bar.set_postfix(acc=f"{accuracies[-1]:.4f}", refresh=False)
     bar.close()
+    scores = None if injector is None else injector.scores()
     if hasattr(model, "remove_hooks"):  # Opacus's per-sample-gradient hooks, no longer needed
         model.remove_hooks()
     inner = model._module if hasattr(model, "_module") else model
@@ -262,4 +284,6 @@ def train_dp_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int
         raise FloatingPointError("DP-SGD teacher weights became non-finite; lower "
                                  f"learning_rate ({config.learning_rate})")
     return DpTeacherResult(test_accuracy=accuracies[-1], test_accuracy_per_epoch=accuracies,
-                           plan=plan, seconds=time.perf_counter() - start, model=inner)
+                           plan=plan, seconds=time.perf_counter() - start, model=inner,
+                           canary_scores=scores,
+                           canary_samples=0 if injector is None else injector.samples)

@@ -160,6 +160,8 @@ class ReleaseAudit:
             "outputs_audited": list(OUTPUTS),
             "canaries": 1,
             "canary": dataclasses.asdict(self.canary),
+            "side_labels": {"x": f"x: canary label {self.canary.label_x}",
+                            "x_prime": f"x': canary label {self.canary.label_x_prime}"},
             "runs_per_side": audit.samples_per_side,
             "selection_runs": audit.selection_samples,
             "bound_runs": audit.bound_samples,

@@ -1,0 +1,121 @@
+"""Canaries for auditing training runs: white-box gradient canaries for DP-SGD.
+
+Steinke, Nasr and Jagielski, NeurIPS 2023, Section 6 ("white-box"): a *Dirac* gradient canary is
+a record whose per-sample gradient is ``C e_j`` - the clipping norm on one coordinate ``j`` of
+the parameter vector, zero elsewhere - at every step in which Poisson sampling picks it. Each
+of ``m`` canaries has its own coordinate and is inserted (a record added to the private set)
+independently with probability 1/2 (:func:`~dpkd_audit.audit.training.canary_inclusion`). An
+inserted canary is sampled at each step with the same probability q as every real record, and
+its gradient goes through Opacus's clipping and noise like theirs, so the run's DP-SGD
+guarantee (add/remove-one) covers it: no test-only branch, the pipeline's training loop adds
+its rows to the per-sample gradients before the optimizer step.
+
+The score of canary ``j`` is ``theta_0[j] - theta_T[j]`` (initial minus final weight): an
+inserted canary pushes its coordinate down by ``lr C / B`` at each step it is sampled (SGD,
+momentum included, is linear in the gradients), against the Gaussian noise and the data's own
+gradients on that coordinate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from dpkd_audit import _validate
+from dpkd_audit.audit.training import MIN_CANARIES, canary_inclusion
+
+__all__ = ["GradientCanaries", "GradientCanaryInjector"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GradientCanaries:
+    """Which Dirac gradient canaries a DP-SGD run carries (deterministic from ``seed``).
+
+    Attributes:
+        count: m, the number of canaries (>= 2).
+        seed: Seed of their inclusion, their coordinates and their Poisson sampling.
+    """
+
+    count: int
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _validate.check_int("count", self.count, minimum=MIN_CANARIES)
+        _validate.check_int("seed", self.seed, minimum=0)
+
+    @property
+    def included(self) -> np.ndarray:
+        """Boolean ``(count,)``: which canaries are inserted (each with probability 1/2)."""
+        return canary_inclusion(self.count, seed=self.seed)
+
+    def coordinates(self, num_parameters: int) -> np.ndarray:
+        """Distinct flat parameter indices, one per canary (uniform, from ``seed``).
+
+        Raises:
+            ValueError: If the model has fewer parameters than canaries.
+        """
+        if num_parameters < self.count:
+            raise ValueError(f"canaries ({self.count}) must not outnumber the model's "
+                             f"{num_parameters} parameters (one coordinate each)")
+        rng = np.random.default_rng([self.seed, 0xCA4A, 3])
+        return np.sort(rng.choice(num_parameters, size=self.count, replace=False))
+
+
+class GradientCanaryInjector:
+    """Adds the sampled canaries' gradient rows to Opacus's per-sample gradients, each step.
+
+    Args:
+        canaries: The canaries.
+        params: The optimizer's parameters in order (the flat vector the coordinates index).
+        sampling_probability: q, the Poisson rate of every record.
+        clip_norm: C; each canary's gradient is ``C e_j``.
+    """
+
+    def __init__(self, canaries: GradientCanaries, params: Sequence[torch.nn.Parameter], *,
+                 sampling_probability: float, clip_norm: float) -> None:
+        self.canaries = canaries
+        self.params = [p for p in params if p.requires_grad]
+        sizes = [p.numel() for p in self.params]
+        self.coordinates = canaries.coordinates(int(sum(sizes)))
+        self.included = canaries.included
+        self.q = _validate.check_probability("sampling_probability", sampling_probability,
+                                             open_low=True)
+        self.clip_norm = _validate.check_positive("clip_norm", clip_norm)
+        offsets = np.cumsum([0, *sizes])
+        owner = np.searchsorted(offsets, self.coordinates, side="right") - 1
+        self._where = [(int(o), int(c - offsets[o])) for o, c in zip(owner, self.coordinates,
+                                                                    strict=True)]
+        self._rng = np.random.default_rng([canaries.seed, 0xCA4A, 4])
+        self.initial = self.flat_values()
+        self.samples = 0
+
+    def flat_values(self) -> np.ndarray:
+        """The canaries' coordinates of the current parameters (float64)."""
+        return np.array([float(self.params[o].detach().reshape(-1)[i])
+                         for o, i in self._where])
+
+    def add_rows(self) -> int:
+        """Poisson-sample the inserted canaries and append their rows; returns how many."""
+        picked = np.flatnonzero(self.included & (self._rng.random(self.included.size) < self.q))
+        if picked.size == 0:
+            return 0
+        for index, p in enumerate(self.params):
+            rows = torch.zeros((picked.size, *p.shape), dtype=p.dtype, device=p.device)
+            flat = rows.view(picked.size, -1)
+            for r, j in enumerate(picked):
+                owner, local = self._where[j]
+                if owner == index:
+                    flat[r, local] = self.clip_norm
+            existing = getattr(p, "grad_sample", None)
+            if isinstance(existing, list):
+                existing = torch.cat(existing) if existing else None
+            p.grad_sample = rows if existing is None else torch.cat([existing, rows])
+        self.samples += int(picked.size)
+        return int(picked.size)
+
+    def scores(self) -> np.ndarray:
+        """``theta_0[j] - theta_T[j]`` per canary (higher: more likely inserted)."""
+        return self.initial - self.flat_values()
