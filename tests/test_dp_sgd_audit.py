@@ -138,8 +138,15 @@ def test_cli_audit_run_one_run_bad_input(tmp_path, capsys, argv, message):
     assert not out.exists()
 
 
-def test_cli_audit_run_one_run_needs_epsilon(capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(["audit-run", "dpdfd", "--out", "x"])
-    assert exc.value.code == 2
-    assert "--epsilon" in capsys.readouterr().err
+@pytest.mark.parametrize("argv, message", [
+    (["dpdfd"], "--epsilon is required"),
+    (["dgd"], "--mode sound needs --epsilon"),
+    (["dgd", "--mode", "published", "--epsilon", "1"], "--epsilon applies to --mode sound"),
+    (["dpdfd", "--mode", "published", "--epsilon", "1", "--canary-kind", "gradient"],
+     "needs --mode sound"),
+])
+def test_cli_audit_run_one_run_needs_a_consistent_claim(tmp_path, capsys, argv, message):
+    out = tmp_path / "never"
+    assert main(["audit-run", *argv, "--out", str(out), "--quiet"]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()

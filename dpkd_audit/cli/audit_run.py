@@ -1,8 +1,10 @@
 """``dpkd audit-run PIPELINE``: an empirical lower bound on a whole pipeline's epsilon.
 
 - ``rknn``: many runs of the release path with and without one record's label.
-- ``dpdfd`` / ``dgd`` ``--mode sound``: one run of the DP-SGD teacher / baseline with white-box
-  gradient canaries (Steinke-Nasr-Jagielski 2023), against the DP-SGD event's own epsilon.
+- ``dpdfd`` / ``dgd``: one run with canaries (Steinke-Nasr-Jagielski 2023): white-box gradient
+  canaries in the sound mode's DP-SGD teacher / baseline, against the DP-SGD event's own
+  epsilon; or mislabeled records through the whole run, scored on the released student, against
+  the run's claim (published: the paper's epsilon).
 
 Writes ``OUT/audit.json`` (the record: claim, bound, confidence, verdict, canary, runs, event,
 score histograms, seconds, config, command, provenance) and ``OUT/audit.png`` (score histograms
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from dpkd_audit.cli.arguments import int_at_least, positive_float
@@ -70,12 +73,31 @@ def _cmd_audit_run_rknn(args: argparse.Namespace) -> int:
     return 1 if result.audit.violation else 0
 
 
-def _cmd_audit_run_dp_sgd(args: argparse.Namespace) -> int:
+def _one_run_config(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The pipeline module and the config a ``dpkd run`` with these options would use."""
+    if args.pipeline == "dgd":
+        from dpkd_audit.cli.dgd import _config as dgd_config
+        from dpkd_audit.pipelines import dgd as pipeline
+
+        if args.mode == "published" and args.epsilon is not None:
+            raise ValueError("--epsilon applies to --mode sound only; published DGD's epsilon "
+                             "follows from --queries")
+        if args.mode == "sound" and args.epsilon is None:
+            raise ValueError("--mode sound needs --epsilon (the record-level target, > 0)")
+        return pipeline, dgd_config(args, mode=args.mode, queries=args.queries,
+                                    epsilon=args.epsilon)
+    from dpkd_audit.cli.dpdfd import _config as dpdfd_config
+    from dpkd_audit.pipelines import dpdfd as pipeline
+
+    if args.epsilon is None:
+        raise ValueError("--epsilon is required (published: the per-label epsilon; sound: the "
+                         "record-level target)")
+    return pipeline, dpdfd_config(args, epsilon=args.epsilon, mode=args.mode)
+
+
+def _cmd_audit_run_one_run(args: argparse.Namespace) -> int:
     from dpkd_audit.audit.training import MIN_CANARIES
-    from dpkd_audit.pipelines.common.canaries import GradientCanaries
-    from dpkd_audit.pipelines.common.dp_sgd_audit import audit_dp_sgd, default_guesses
-    from dpkd_audit.provenance import provenance
-    from dpkd_audit.reports.training_audit import plot_pipeline_audit, score_histogram
+    from dpkd_audit.pipelines.common.dp_sgd_audit import default_guesses
 
     if args.canaries < MIN_CANARIES:
         raise ValueError(f"--canaries must be >= {MIN_CANARIES}; got {args.canaries}")
@@ -83,17 +105,67 @@ def _cmd_audit_run_dp_sgd(args: argparse.Namespace) -> int:
     if not 1 <= guesses <= args.canaries // 2:
         raise ValueError(f"--guesses must be in [1, {args.canaries // 2}] (half of --canaries);"
                          f" got {guesses}")
-    if args.pipeline == "dgd":
-        from dpkd_audit.cli.dgd import _config as dgd_config
-        from dpkd_audit.pipelines import dgd as pipeline
+    kind = args.canary_kind or ("gradient" if args.mode == "sound" else "mislabeled")
+    if kind == "gradient" and args.mode != "sound":
+        raise ValueError("--canary-kind gradient audits a DP-SGD model: it needs --mode sound "
+                         "(published runs train without DP-SGD); use --canary-kind mislabeled")
+    pipeline, config = _one_run_config(args)
+    if kind == "gradient":
+        return _audit_dp_sgd(args, pipeline, config, guesses)
+    return _audit_record_level(args, pipeline, config, guesses)
 
-        config = dgd_config(args, mode="sound", queries=args.queries, epsilon=args.epsilon)
+
+def _write_one_run(args: argparse.Namespace, config: Any, fields: dict[str, Any],
+                   scores: Any, included: Any, score_name: str) -> Path:
+    from dpkd_audit.provenance import provenance
+    from dpkd_audit.reports.training_audit import plot_pipeline_audit, score_histogram
+
+    out = _out_dir(args.out)
+    record: dict[str, Any] = {"pipeline": args.pipeline, "dataset": config.dataset.value,
+                              "mode": config.mode.value, **fields, "seed": config.seed,
+                              "audit_seed": args.audit_seed, "config": config.to_dict(),
+                              "command": _command(args.argv), "provenance": provenance()}
+    record["score_name"] = score_name
+    record["side_labels"] = {"x": "inserted canaries", "x_prime": "canaries left out"}
+    record["score_histogram"] = score_histogram(scores[included], scores[~included])
+    _write_json(out / "audit.json", record)
+    plot_pipeline_audit(record, out / "audit.png")
+    if args.json:
+        print(json.dumps(record, indent=2))
+    return out
+
+
+def _audit_record_level(args: argparse.Namespace, pipeline: Any, config: Any,
+                        guesses: int) -> int:
+    from dpkd_audit.pipelines.common.canaries import RecordCanaries
+    from dpkd_audit.pipelines.common.record_audit import audit_record_level
+
+    canaries = RecordCanaries(count=args.canaries, seed=args.audit_seed)
+    data = pipeline.load_data(config, data_dir=args.data_dir, progress=not args.quiet)
+    canaries.choose(data.dataset.train_labels, data.dataset.num_classes)  # fits, before work
+    _out_dir(args.out)
+    result = audit_record_level(pipeline, config, data=data, canaries=canaries,
+                                guesses=guesses, confidence=args.confidence,
+                                device=args.device, progress=not args.quiet)
+    out = _write_one_run(args, config, result.to_record(), result.scores, result.included,
+                         "canary score: log p(wrong label) - log p(true label) of the student")
+    bound = result.bound
+    print(f"{args.pipeline} {config.mode.value}, released student: epsilon >= "
+          f"{bound.epsilon_lower:.4f} at {bound.confidence:.0%} (claimed "
+          f"{bound.epsilon_claimed:.4g}, delta {bound.delta:g}); {bound.verdict}; "
+          f"{bound.correct} of {bound.guesses} guesses right, {bound.canaries} mislabeled "
+          f"canaries; student test accuracy {result.test_accuracy:.4f}\n"
+          f"wrote {out / 'audit.json'} and {out / 'audit.png'}")
+    return 1 if bound.verdict == "violation" else 0
+
+
+def _audit_dp_sgd(args: argparse.Namespace, pipeline: Any, config: Any, guesses: int) -> int:
+    from dpkd_audit.pipelines.common.canaries import GradientCanaries
+    from dpkd_audit.pipelines.common.dp_sgd_audit import audit_dp_sgd
+
+    if args.pipeline == "dgd":
         role, model = "baseline", config.dp_baseline
     else:
-        from dpkd_audit.cli.dpdfd import _config as dpdfd_config
-        from dpkd_audit.pipelines import dpdfd as pipeline
-
-        config = dpdfd_config(args, epsilon=args.epsilon, mode="sound")
         role, model = "teacher", config.dp_teacher
     canaries = GradientCanaries(count=args.canaries, seed=args.audit_seed)
     data = pipeline.load_data(config, data_dir=args.data_dir, progress=not args.quiet).dataset
@@ -104,39 +176,33 @@ def _cmd_audit_run_dp_sgd(args: argparse.Namespace) -> int:
                                   num_classes=data.num_classes).dp_sgd
     else:
         plan = pipeline.planned_dp_sgd(config, n)
-    out = _out_dir(args.out)
+    _out_dir(args.out)
     result = audit_dp_sgd(data, role=role, teacher=model, dp_sgd=config.dp_sgd, plan=plan,
                           ledger=ledger, canaries=canaries, guesses=guesses,
                           confidence=args.confidence, seed=config.seed, device=args.device,
                           progress=not args.quiet)
-    record: dict[str, Any] = {"pipeline": args.pipeline, "dataset": config.dataset.value,
-                              "mode": "sound", **result.to_record(),
-                              "seed": config.seed, "audit_seed": args.audit_seed,
-                              "config": config.to_dict(), "command": _command(args.argv),
-                              "provenance": provenance()}
-    record["score_name"] = ("canary score: initial minus final weight of the canary's "
-                            "coordinate")
-    record["side_labels"] = {"x": "inserted canaries", "x_prime": "canaries left out"}
-    record["score_histogram"] = score_histogram(result.scores[result.included],
-                                                result.scores[~result.included])
-    _write_json(out / "audit.json", record)
-    plot_pipeline_audit(record, out / "audit.png")
+    out = _write_one_run(args, config, result.to_record(), result.scores, result.included,
+                         "canary score: initial minus final weight of the canary's coordinate")
     bound = result.bound
     print(f"{args.pipeline} sound DP-SGD {role}: epsilon >= {bound.epsilon_lower:.4f} at "
           f"{bound.confidence:.0%} (claimed {result.epsilon_dp_sgd:.4g} for DP-SGD, delta "
           f"{bound.delta:g}; run target {config.epsilon:g}); {bound.verdict}; {bound.correct} "
           f"of {bound.guesses} guesses right, {bound.canaries} canaries\n"
           f"wrote {out / 'audit.json'} and {out / 'audit.png'}")
-    if args.json:
-        print(json.dumps(record, indent=2))
     return 1 if bound.verdict == "violation" else 0
 
 
 def _add_one_run_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mode", choices=["sound"], default="sound",
-                   help="sound (the DP-SGD model is audited)")
-    p.add_argument("--epsilon", type=positive_float, required=True,
-                   help="record-level target of the run (its DP-SGD share is the claim)")
+    p.add_argument("--mode", choices=["published", "sound"], default="sound",
+                   help="sound (default) or published")
+    p.add_argument("--canary-kind", choices=["gradient", "mislabeled"],
+                   help="gradient: white-box Dirac canaries in DP-SGD, the DP-SGD model "
+                        "audited against its own epsilon (sound only; the sound default); "
+                        "mislabeled: records with a wrong label, the whole run audited through "
+                        "its released student against the run's claim (published default)")
+    p.add_argument("--epsilon", type=positive_float,
+                   help="sound: record-level target of the run; published DP-DFD: the "
+                        "per-label epsilon (published DGD: from --queries)")
     p.add_argument("--canaries", type=int, default=1000,
                    help="gradient canaries m (default 1000; >= 2), each inserted with "
                         "probability 1/2")
@@ -185,16 +251,22 @@ def add_audit_run_parser(sub: argparse._SubParsersAction) -> None:
     for name, module, what in (("dpdfd", dpdfd_cli, "DP-DFD's DP-SGD teacher"),
                                ("dgd", dgd_cli, "DGD's DP-SGD baseline")):
         p = pipelines.add_parser(
-            name, help=f"{what} (sound mode): one run with white-box gradient canaries",
-            description=f"Trains {what} exactly as a sound run would (the plan calibrated for "
-                        "--epsilon, charged to a fresh ledger) with --canaries Dirac gradient "
-                        "canaries, each inserted with probability 1/2, and bounds epsilon from "
-                        "the one run (Steinke, Nasr, Jagielski 2023) against the DP-SGD event's "
-                        "own epsilon. Exit status 1 on a violation.")
+            name, help=f"{name}: one run with canaries (gradient canaries in {what}, or "
+                       "mislabeled records through the released student)",
+            description=f"One run with --canaries canaries, each inserted with probability "
+                        "1/2, bounded by the one-run method of Steinke, Nasr, Jagielski 2023. "
+                        f"--canary-kind gradient (sound mode's default): {what} trained exactly "
+                        "as a sound run would (the plan calibrated for --epsilon, charged to a "
+                        "fresh ledger) with Dirac gradient canaries, against the DP-SGD event's "
+                        "own epsilon. --canary-kind mislabeled (published mode's default): the "
+                        "whole pipeline run once on its private split with mislabeled canary "
+                        "records, the released student scored on them, against the run's "
+                        "claim (published: the paper's epsilon; sound: the record-level "
+                        "target). Exit status 1 on a violation.")
         _add_one_run_arguments(p)
         if name == "dgd":
             p.add_argument("--queries", type=int_at_least(1),
                            help="label queries of the run (default: the most that fit "
                                 "--query-share of --epsilon)")
         module._add_arguments(p)
-        p.set_defaults(func=_cmd_audit_run_dp_sgd)
+        p.set_defaults(func=_cmd_audit_run_one_run)

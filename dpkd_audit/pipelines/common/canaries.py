@@ -1,4 +1,12 @@
-"""Canaries for auditing training runs: white-box gradient canaries for DP-SGD.
+"""Canaries for auditing training runs: mislabeled records, and gradient canaries for DP-SGD.
+
+Mislabeled record canaries (:class:`RecordCanaries`, black box): ``m`` records of the private
+split, each given another label (drawn from the seed); an inserted canary stays in the private
+set with its wrong label, a left-out one is removed (add/remove-one of a mislabeled record). The
+pipeline then runs on that private set through its normal code path; the auditor scores each
+canary on the released student (:mod:`~dpkd_audit.pipelines.common.record_audit`).
+
+Gradient canaries (white box):
 
 Steinke, Nasr and Jagielski, NeurIPS 2023, Section 6 ("white-box"): a *Dirac* gradient canary is
 a record whose per-sample gradient is ``C e_j`` - the clipping norm on one coordinate ``j`` of
@@ -26,8 +34,64 @@ import torch
 
 from dpkd_audit import _validate
 from dpkd_audit.audit.training import MIN_CANARIES, canary_inclusion
+from dpkd_audit.data import Dataset
 
-__all__ = ["GradientCanaries", "GradientCanaryInjector"]
+__all__ = ["GradientCanaries", "GradientCanaryInjector", "RecordCanaries"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RecordCanaries:
+    """Mislabeled record canaries of a private split (deterministic from ``seed``).
+
+    Attributes:
+        count: m, the number of canaries (>= 2).
+        seed: Seed of the records chosen, their wrong labels and their inclusion.
+    """
+
+    count: int
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _validate.check_int("count", self.count, minimum=MIN_CANARIES)
+        _validate.check_int("seed", self.seed, minimum=0)
+
+    @property
+    def included(self) -> np.ndarray:
+        """Boolean ``(count,)``: which canaries are inserted (each with probability 1/2)."""
+        return canary_inclusion(self.count, seed=self.seed)
+
+    def choose(self, labels: np.ndarray, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(indices, wrong_labels)``: distinct records of the split and their new labels.
+
+        Raises:
+            ValueError: If the split has fewer records than ``2 * count`` (half of it must
+                stay real data).
+        """
+        n = int(np.asarray(labels).shape[0])
+        if n < 2 * self.count:
+            raise ValueError(f"canaries ({self.count}) must be at most half of the private "
+                             f"split's {n} records")
+        rng = np.random.default_rng([self.seed, 0xCA4A, 5])
+        indices = np.sort(rng.choice(n, size=self.count, replace=False))
+        shift = 1 + rng.integers(num_classes - 1, size=self.count)
+        return indices, (np.asarray(labels)[indices] + shift) % num_classes
+
+    def insert(self, dataset: Dataset) -> tuple[Dataset, np.ndarray, np.ndarray, np.ndarray]:
+        """The private split with the inserted canaries relabelled and the others removed.
+
+        Returns:
+            ``(dataset, images, true_labels, wrong_labels)``: the new dataset (test split
+            unchanged) and every canary's image and labels (to score them afterwards).
+        """
+        indices, wrong = self.choose(dataset.train_labels, dataset.num_classes)
+        labels = np.array(dataset.train_labels)
+        labels[indices] = wrong
+        keep = np.ones(labels.shape[0], dtype=bool)
+        keep[indices[~self.included]] = False
+        changed = dataclasses.replace(dataset, train_images=np.array(dataset.train_images)[keep],
+                                      train_labels=labels[keep])
+        return (changed, np.array(dataset.train_images[indices]),
+                np.array(dataset.train_labels[indices]), wrong)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

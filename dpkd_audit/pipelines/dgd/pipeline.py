@@ -524,6 +524,8 @@ class DgdResult:
     charges: tuple[dict[str, Any], ...]
     latent_charges: tuple[dict[str, Any], ...] = ()
     shared_stages: tuple[str, ...] = ()
+    #: The released student (eval mode): what a record-level audit scores; never in a record.
+    student: nn.Module | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def to_record(self, *, command: str | None = None) -> dict[str, Any]:
         """JSON-ready record (strict JSON: an infinite epsilon is written as ``null``)."""
@@ -740,4 +742,4 @@ def run(config: DgdConfig, *, ledger: Ledger, rng: np.random.Generator,
         vae_loss=prepared.vae.loss_terms, student_loss=student.loss_terms,
         accuracy_curve=student.curve, dp_sgd=prepared.dp_sgd, seconds=seconds,
         device=describe_device(device), charges=_charge_record(ledger, charged_before),
-        latent_charges=latent_charges)
+        latent_charges=latent_charges, student=student.model.eval())

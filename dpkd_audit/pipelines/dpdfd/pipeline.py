@@ -301,6 +301,8 @@ class DpdfdResult:
     device: str
     charges: tuple[dict[str, Any], ...]
     shared_stages: tuple[str, ...] = ()
+    #: The released student (eval mode): what a record-level audit scores; never in a record.
+    student: nn.Module | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def to_record(self, *, command: str | None = None) -> dict[str, Any]:
         """JSON-ready record (strict JSON: an infinite epsilon is written as ``null``)."""
@@ -474,4 +476,4 @@ def run(config: DpdfdConfig, *, ledger: Ledger, rng: np.random.Generator,
         charges=tuple({"seq": c.seq, "label": c.label,
                        "event": json.loads(event_to_json(c.event))}
                       for c in ledger.charges()[charged_before:]),
-        shared_stages=shared)
+        shared_stages=shared, student=student.model.eval())
