@@ -48,19 +48,36 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _what(record: dict[str, Any]) -> str:
+    if record.get("estimator") == "one-run":
+        return (f"one run, {record['canaries']} canaries ({record['correct']} / "
+                f"{record['guesses']} guesses right)")
+    return f"{record['runs_per_side']} runs per side"
+
+
 def pipeline_audit_markdown(records: Sequence[dict[str, Any]]) -> str:
-    """One Markdown row per pipeline audit: claim, bound, ratio, verdict, runs, seconds."""
-    lines = ["| pipeline | dataset | mode | claimed eps | delta | eps lower bound | lower / "
-             "claimed | confidence | verdict | runs per side | attack | seconds |",
-             "|---|---|---|---:|---:|---:|---:|---:|---|---:|---|---:|"]
+    """One Markdown row per pipeline audit: what was audited, claim, bound, verdict, size.
+
+    A closing line says what a bound means: a bound above the claim refutes it; a bound
+    below it is not evidence of privacy; each bound holds at its confidence for its own audit.
+    """
+    lines = ["| pipeline | dataset | mode | audited | claimed eps | delta | eps lower bound | "
+             "lower / claimed | verdict | size | seconds |",
+             "|---|---|---|---|---:|---:|---:|---:|---|---|---:|"]
     for r in records:
         claimed, lower = float(r["epsilon_claimed"]), float(r["epsilon_lower"])
         seconds = sum(float(v) for v in r.get("seconds", {}).values())
+        stage = r.get("stage", "release path (counts, labels, label accuracy)")
         lines.append(
-            f"| {r['pipeline']} | {r['dataset']} | {r['mode']} | {_fmt(claimed)} | "
-            f"{_fmt(float(r['delta']))} | {_fmt(lower)} | {_fmt(lower / claimed)} | "
-            f"{float(r['confidence']):.0%} | {r['verdict']} | {r['runs_per_side']} | "
-            f"{r['attack']} | {seconds:.0f} |")
+            f"| {r['pipeline']} | {r['dataset']} | {r['mode']} | {stage} | {_fmt(claimed)} | "
+            f"{_fmt(float(r['delta']))} | {_fmt(lower)} | {lower / claimed:.3f} | "
+            f"{r['verdict']} | {_what(r)} | {seconds:.0f} |")
+    levels = sorted({float(r["confidence"]) for r in records})
+    level = f"{levels[0]:.0%}" if len(levels) == 1 else "their stated"
+    lines.append("")
+    lines.append(f"Bounds at {level} confidence, each for its own audit. A bound above the claim "
+                 "refutes it; a bound below the claim is not evidence of privacy (the attack "
+                 "may be weak): *inconclusive* means it stayed below half the claim.")
     return "\n".join(lines)
 
 
