@@ -150,3 +150,13 @@ def test_cli_audit_run_one_run_needs_a_consistent_claim(tmp_path, capsys, argv, 
     assert main(["audit-run", *argv, "--out", str(out), "--quiet"]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_more_canaries_than_parameters_is_refused_before_the_charge(digits_audit):
+    config, plan, _, _, _ = digits_audit
+    data = load_data(config).dataset
+    ledger = ledger_for(config)
+    with pytest.raises(ValueError, match="outnumber"):
+        audit_dp_sgd(data, role="teacher", teacher=config.dp_teacher, dp_sgd=config.dp_sgd,
+                     plan=plan, ledger=ledger, canaries=GradientCanaries(count=10**7))
+    assert len(ledger.charges()) == 0

@@ -40,13 +40,8 @@ __all__ = ["GradientCanaries", "GradientCanaryInjector", "RecordCanaries"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class RecordCanaries:
-    """Mislabeled record canaries of a private split (deterministic from ``seed``).
-
-    Attributes:
-        count: m, the number of canaries (>= 2).
-        seed: Seed of the records chosen, their wrong labels and their inclusion.
-    """
+class _CanarySet:
+    """``count`` canaries whose inclusion (and the rest of their draw) comes from ``seed``."""
 
     count: int
     seed: int = 0
@@ -59,6 +54,16 @@ class RecordCanaries:
     def included(self) -> np.ndarray:
         """Boolean ``(count,)``: which canaries are inserted (each with probability 1/2)."""
         return canary_inclusion(self.count, seed=self.seed)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RecordCanaries(_CanarySet):
+    """Mislabeled record canaries of a private split (deterministic from ``seed``).
+
+    Attributes:
+        count: m, the number of canaries (>= 2).
+        seed: Seed of the records chosen, their wrong labels and their inclusion.
+    """
 
     def choose(self, labels: np.ndarray, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
         """``(indices, wrong_labels)``: distinct records of the split and their new labels.
@@ -95,25 +100,13 @@ class RecordCanaries:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class GradientCanaries:
+class GradientCanaries(_CanarySet):
     """Which Dirac gradient canaries a DP-SGD run carries (deterministic from ``seed``).
 
     Attributes:
         count: m, the number of canaries (>= 2).
         seed: Seed of their inclusion, their coordinates and their Poisson sampling.
     """
-
-    count: int
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        _validate.check_int("count", self.count, minimum=MIN_CANARIES)
-        _validate.check_int("seed", self.seed, minimum=0)
-
-    @property
-    def included(self) -> np.ndarray:
-        """Boolean ``(count,)``: which canaries are inserted (each with probability 1/2)."""
-        return canary_inclusion(self.count, seed=self.seed)
 
     def coordinates(self, num_parameters: int) -> np.ndarray:
         """Distinct flat parameter indices, one per canary (uniform, from ``seed``).

@@ -232,6 +232,8 @@ def train_dp_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int
     dp_loader = DPDataLoader.from_data_loader(loader, generator=sample_gen)
     if len(dp_loader) != plan.schedule.steps_per_epoch:  # pragma: no cover - same convention
         raise ValueError("internal error: Opacus's steps per epoch differ from the plan's")
+    if canaries is not None:  # one coordinate per canary: checked before the charge
+        canaries.coordinates(sum(p.numel() for p in model.parameters() if p.requires_grad))
     optimizer = torch.optim.SGD(model.parameters(), lr=config.learning_rate,
                                 momentum=config.momentum)
     ledger.charge(plan.event, label=f"DP-SGD teacher: {plan.steps} steps, q="
