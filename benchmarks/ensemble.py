@@ -87,6 +87,13 @@ def main() -> None:
                             batch_size=args.batch_size, learning_rate=args.learning_rate)
     shards = shard_of_records(data.train_images, args.teachers, key=b"benchmark-ensemble")
     test_images, test_labels = data.test_images[:2000], data.test_labels[:2000]
+    if device.type == "cuda":  # CUDA context, cuDNN autotuning and allocator outside the timer
+        warm = EnsembleConfig(num_teachers=args.teachers, widths=widths, steps=2,
+                              batch_size=args.batch_size, learning_rate=args.learning_rate)
+        train_ensemble(data.train_images, data.train_labels, shards, num_classes=10,
+                       config=warm, test_images=test_images, test_labels=test_labels, seed=0,
+                       device=device, progress=False)
+        torch.cuda.synchronize()
     start = time.perf_counter()
     batched = train_ensemble(data.train_images, data.train_labels, shards, num_classes=10,
                              config=config, test_images=test_images, test_labels=test_labels,
