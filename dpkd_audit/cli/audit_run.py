@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ def _cmd_audit_run_rknn(args: argparse.Namespace) -> int:
                             "its other label, summed over its k queries")
     record["score_histogram"] = score_histogram(result.scores[True], result.scores[False])
     record["audit_seed"] = args.audit_seed
+    record["device"] = f"cpu ({os.cpu_count()} cores; the release path is numpy only)"
     _write_json(out / "audit.json", record)
     plot_pipeline_audit(record, out / "audit.png")
     print(f"{result.audit}\nwrote {out / 'audit.json'} and {out / 'audit.png'}")
@@ -117,6 +119,7 @@ def _cmd_audit_run_one_run(args: argparse.Namespace) -> int:
 
 def _write_one_run(args: argparse.Namespace, config: Any, fields: dict[str, Any],
                    scores: Any, included: Any, score_name: str) -> Path:
+    from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
     from dpkd_audit.provenance import provenance
     from dpkd_audit.reports.training_audit import plot_pipeline_audit, score_histogram
 
@@ -125,6 +128,7 @@ def _write_one_run(args: argparse.Namespace, config: Any, fields: dict[str, Any]
                               "mode": config.mode.value, **fields, "seed": config.seed,
                               "audit_seed": args.audit_seed, "config": config.to_dict(),
                               "command": _command(args.argv), "provenance": provenance()}
+    record["device"] = describe_device(resolve_device(args.device))
     record["score_name"] = score_name
     record["side_labels"] = {"x": "inserted canaries", "x_prime": "canaries left out"}
     record["score_histogram"] = score_histogram(scores[included], scores[~included])

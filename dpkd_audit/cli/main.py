@@ -6,6 +6,8 @@ import argparse
 import dataclasses
 import json
 import math
+import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +18,7 @@ from dpkd_audit.cli.arguments import int_at_least, positive_float
 from dpkd_audit.cli.audit_run import add_audit_run_parser
 from dpkd_audit.cli.paths import output_file
 from dpkd_audit.cli.pipelines import add_pipeline_parsers, argv_or_default
+from dpkd_audit.cli.report import add_report_parser
 
 __all__ = ["build_parser", "main"]
 
@@ -217,9 +220,12 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(args.seed)
     records = []
     progress = _progress(len(targets), enabled=args.all and not args.json)
+    command = "dpkd " + " ".join(shlex.quote(a) for a in args.argv)
     for record in run_audits(targets, samples=args.samples, confidence=args.confidence,
                              rng=rng, max_values=args.max_values, attack=attack,
                              epsilon=args.epsilon):
+        record["command"] = command
+        record["device"] = f"cpu ({os.cpu_count()} cores; the auditor is numpy only)"
         records.append(record)
         progress(record["mechanism"])
     if args.json:
@@ -388,6 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_pipeline_parsers(sub)
     add_audit_run_parser(sub)
+    add_report_parser(sub)
     return parser
 
 

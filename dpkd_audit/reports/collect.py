@@ -1,0 +1,184 @@
+"""Finding and sorting the records a report is built from.
+
+``dpkd report`` reads result records only: the pipelines' ``results.jsonl`` / ``result.json``,
+the mechanism audits' ``results.json`` (``dpkd audit --all``) and the pipeline audits'
+``audit.json`` (``dpkd audit-run``). :func:`collect` walks files and folders, reads every record
+with the file and line it came from (:class:`SourcedRecord`), and sorts it into a
+:class:`RecordKind`; anything else is refused with the file, the line and what is missing, before
+any figure is drawn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dpkd_audit.reports.records import REQUIRED_KEYS, validate_record
+
+__all__ = ["RECORD_FILES", "RecordKind", "SourcedRecord", "collect"]
+
+#: File names a folder is searched for (recursively).
+RECORD_FILES: tuple[str, ...] = ("results.jsonl", "result.json", "results.json", "audit.json")
+
+#: Keys of a mechanism audit record (``dpkd audit``).
+_MECHANISM_AUDIT_KEYS: tuple[str, ...] = ("mechanism", "epsilon_claimed", "epsilon_lower",
+                                          "verdict")
+#: Keys of a pipeline audit record (``dpkd audit-run``), besides ``kind``.
+_PIPELINE_AUDIT_KEYS: tuple[str, ...] = ("pipeline", "dataset", "mode", "epsilon_claimed",
+                                         "epsilon_lower", "verdict")
+
+
+class RecordKind(enum.StrEnum):
+    """What a record is."""
+
+    #: A pipeline run (``dpkd run`` / ``dpkd sweep``): accuracy at a budget.
+    RESULT = "result"
+    #: An audit of one mechanism (``dpkd audit``): claimed epsilon vs an empirical lower bound.
+    MECHANISM_AUDIT = "mechanism-audit"
+    #: An audit of a whole pipeline (``dpkd audit-run``).
+    PIPELINE_AUDIT = "pipeline-audit"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SourcedRecord:
+    """One record with where it came from.
+
+    Attributes:
+        kind: :class:`RecordKind`.
+        record: The record as read (results are checked by
+            :func:`~dpkd_audit.reports.records.validate_record`).
+        source: The file, as given or relative to the ``base`` of :func:`collect`.
+        line: 1-based line of a JSON-lines file, or 1-based index in a JSON list; 1 for a file
+            holding one JSON object.
+    """
+
+    kind: RecordKind
+    record: Mapping[str, Any]
+    source: str
+    line: int
+
+    @property
+    def ref(self) -> str:
+        """``"source:line"``, the reference printed next to every number of a report."""
+        return f"{self.source}:{self.line}"
+
+
+def _classify(record: Any, where: str) -> RecordKind:
+    if not isinstance(record, Mapping):
+        raise ValueError(f"{where}: a record must be a JSON object; got {type(record).__name__}")
+    if record.get("kind") == RecordKind.PIPELINE_AUDIT.value:
+        missing = [k for k in _PIPELINE_AUDIT_KEYS if k not in record]
+        if missing:
+            raise ValueError(f"{where}: pipeline-audit record without {', '.join(missing)}")
+        return RecordKind.PIPELINE_AUDIT
+    if all(k in record for k in _MECHANISM_AUDIT_KEYS):
+        return RecordKind.MECHANISM_AUDIT
+    if all(k in record for k in REQUIRED_KEYS):
+        return RecordKind.RESULT
+    missing = [k for k in REQUIRED_KEYS if k not in record]
+    raise ValueError(f"{where}: not a result record (missing {', '.join(missing)}), a mechanism "
+                     f"audit ({', '.join(_MECHANISM_AUDIT_KEYS)}) or a pipeline audit "
+                     "(kind 'pipeline-audit')")
+
+
+def _read(path: Path) -> list[tuple[int, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot be read ({exc})") from None
+    if path.suffix == ".jsonl":
+        out = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    out.append((number, json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        return out
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if isinstance(data, list):
+        return list(enumerate(data, start=1))
+    return [(1, data)]
+
+
+def _files(path: Path, skip: Path | None) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise ValueError(f"records: {str(path)!r} is neither a file nor a folder")
+    found = []
+    for root, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".")
+                         and (skip is None or Path(root, d).resolve() != skip))
+        found.extend(Path(root, n) for n in sorted(names) if n in RECORD_FILES)
+    return found
+
+
+def _relative(path: Path, base: Path | None) -> str:
+    if base is not None:
+        try:
+            return path.resolve().relative_to(base.resolve()).as_posix()
+        except ValueError:
+            pass
+    return path.as_posix()
+
+
+def collect(paths: Iterable[str | os.PathLike[str]], *, base: str | os.PathLike[str] | None = None,
+            skip: str | os.PathLike[str] | None = None) -> list[SourcedRecord]:
+    """Every record in ``paths`` (files, or folders searched for :data:`RECORD_FILES`).
+
+    Args:
+        paths: Record files and folders.
+        base: Sources are written relative to it where they lie under it (the repository root
+            for the committed report, so that it reads the same on every machine).
+        skip: A folder not searched (the report's own output folder).
+
+    Returns:
+        The records, in the order of ``paths``, then file name, then line; a file named twice is
+        read once.
+
+    Raises:
+        ValueError: For a path that does not exist, a file that is not JSON, a record of no known
+            kind (naming its file and line, and the keys it lacks), an invalid result record, or
+            no record at all.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise ValueError("records: give at least one file or folder")
+    base_path = Path(base) if base is not None else None
+    skip_path = Path(skip).resolve() if skip is not None else None
+    seen: set[Path] = set()
+    out: list[SourcedRecord] = []
+    for path in paths:
+        if not path.exists():
+            raise ValueError(f"records: {str(path)!r} does not exist")
+        for file in _files(path, skip_path):
+            if file.resolve() in seen:
+                continue
+            seen.add(file.resolve())
+            source = _relative(file, base_path)
+            for line, record in _read(file):
+                where = f"{source}:{line}"
+                kind = _classify(record, where)
+                if kind is RecordKind.RESULT:
+                    record = validate_record(record, where=where)
+                out.append(SourcedRecord(kind=kind, record=record, source=source, line=line))
+    if not out:
+        raise ValueError(f"records: no record found in {', '.join(map(str, paths))} (looked for "
+                         f"{', '.join(RECORD_FILES)})")
+    return out
+
+
+def of_kind(records: Sequence[SourcedRecord], kind: RecordKind) -> list[SourcedRecord]:
+    """The records of one kind, in order."""
+    return [r for r in records if r.kind is kind]

@@ -1,0 +1,443 @@
+"""The tables of ``dpkd report``: accuracy, budgets, audits and provenance, every number sourced.
+
+A report is a list of blocks (headings, paragraphs, figures, :class:`Table`) rendered to Markdown
+and HTML by :mod:`dpkd_audit.reports.overview_render`. Each table cell that shows a number from
+the records is a :class:`Cell` that names the records it came from (``source:line``) and the key
+it shows, so that the HTML carries them as ``data-src`` / ``data-key`` attributes and a reader -
+or a test - can trace every number back to a record.
+
+Runs are grouped into *series*: records of one method, dataset and mode whose configurations
+agree apart from the seed and the swept budget (``epsilon``, ``queries``); within a series, runs
+at the same (published epsilon, record-level epsilon, labels) are one point (seeds: mean and
+min-max).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from dpkd_audit.reports.budgets import ACCOUNTANTS, plan_budget
+from dpkd_audit.reports.collect import RecordKind, SourcedRecord, of_kind
+from dpkd_audit.reports.records import _fmt_eps
+from dpkd_audit.reports.references import PaperReference, references_for
+
+__all__ = [
+    "Cell",
+    "Point",
+    "Series",
+    "Table",
+    "accuracy_table",
+    "audit_tables",
+    "budget_tables",
+    "number_of",
+    "provenance_table",
+    "series_of",
+]
+
+#: Configuration keys that a sweep varies or that only reseed a run: records differing only in
+#: these belong to one series.
+SWEPT_KEYS: frozenset[str] = frozenset({"seed", "split_seed", "epsilon", "queries"})
+_NOT_DP = "∞ (not DP)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One table cell.
+
+    Attributes:
+        text: What is shown.
+        refs: ``source:line`` of the records the value comes from (empty for labels), or
+            ``paper: SOURCE`` for a paper's figure.
+        key: The record key shown (``test_accuracy``, ``epsilon_record_level``, ``seconds``,
+            ``budget:RDP``...); ``None`` for text that is not a number of the records.
+        aggregate: How several records make the value: ``"mean"``, ``"count"`` (how many
+            records), or ``"same"`` (they agree).
+    """
+
+    text: str
+    refs: tuple[str, ...] = ()
+    key: str | None = None
+    aggregate: str = "same"
+
+    def __post_init__(self) -> None:
+        if self.text == "-":  # no value: nothing to trace
+            object.__setattr__(self, "refs", ())
+            object.__setattr__(self, "key", None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """A table: a caption, column names, rows of cells and notes printed under it."""
+
+    caption: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Cell, ...], ...]
+    notes: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """Runs of a series at one budget (several seeds)."""
+
+    epsilon_published: float | None
+    epsilon_record_level: float
+    labels: int | None
+    runs: tuple[SourcedRecord, ...]
+
+    @property
+    def accuracies(self) -> list[float]:
+        """Test accuracies of the runs (fractions)."""
+        return [float(r.record["test_accuracy"]) for r in self.runs]
+
+    @property
+    def refs(self) -> tuple[str, ...]:
+        """``source:line`` of the runs."""
+        return tuple(r.ref for r in self.runs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """One line of an accuracy plot: a method, dataset, mode and configuration."""
+
+    method: str
+    dataset: str
+    mode: str
+    setup: str
+    points: tuple[Point, ...]
+
+    @property
+    def label(self) -> str:
+        """Legend label."""
+        return f"{self.method} {self.mode}" + (f" ({self.setup})" if self.setup else "")
+
+
+# --------------------------------------------------------------------------------------------
+# Reading values
+# --------------------------------------------------------------------------------------------
+
+def record_level(record: Mapping[str, Any]) -> float:
+    """The record-level epsilon (``inf`` where null / infinite / absent: not DP)."""
+    value = record.get("epsilon_record_level")
+    if value is None or (isinstance(value, str) and "inf" in value.lower()):
+        return math.inf
+    return float(value)
+
+
+def published(record: Mapping[str, Any]) -> float:
+    """The published epsilon (the paper's accounting), else the target ``epsilon``."""
+    value = record.get("epsilon_published")
+    return float(record["epsilon"]) if value is None else float(value)
+
+
+def labels_of(record: Mapping[str, Any]) -> int | None:
+    """Labels / queries released (``labels``, else ``queries``)."""
+    value = record.get("labels", record.get("queries"))
+    return None if value is None else int(value)
+
+
+def seconds_of(record: Mapping[str, Any]) -> float | None:
+    """Total seconds of a run (a number, or a mapping's ``total``, else its sum)."""
+    value = record.get("seconds")
+    if isinstance(value, Mapping):
+        if "total" in value:
+            return float(value["total"])
+        return float(sum(float(v) for v in value.values()))
+    return None if value is None else float(value)
+
+
+def number_of(record: Mapping[str, Any], key: str) -> float | None:
+    """The number a cell with ``key`` shows for one record (``inf`` for not DP)."""
+    if key == "epsilon_record_level":
+        return record_level(record)
+    if key == "epsilon_published":
+        return published(record)
+    if key == "seconds":
+        return seconds_of(record)
+    if key == "labels":
+        value = labels_of(record)
+        return None if value is None else float(value)
+    if key.startswith("budget:"):
+        budget = plan_budget(record)
+        return None if budget is None else budget.epsilons.get(key.split(":", 1)[1])
+    value: Any = record
+    for part in key.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    if value is None:
+        return None
+    return float(value)
+
+
+def _fmt_pct(values: Sequence[float]) -> str:
+    mean = statistics.fmean(values)
+    text = f"{100 * mean:.2f}"
+    if len(values) > 1 and max(values) > min(values):
+        text += f" ({100 * min(values):.2f}-{100 * max(values):.2f})"
+    return text
+
+
+def _fmt_seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def _config_key(record: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    config = record.get("config")
+    if not isinstance(config, Mapping):
+        config = {k: record.get(k) for k in ("representation", "clusters", "k", "preset")}
+    flat = _flatten({k: v for k, v in config.items() if k not in SWEPT_KEYS})
+    return json.dumps(flat, sort_keys=True, default=str), flat
+
+
+def _flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        name = f"{prefix}{key}"
+        if isinstance(item, Mapping):
+            out.update(_flatten(item, name + "."))
+        else:
+            out[name] = item
+    return out
+
+
+def _setup_text(flat: Mapping[str, Any], differing: Sequence[str],
+                runs: Sequence[SourcedRecord]) -> str:
+    """``key=value`` of the (at most two) differing keys, else the runs' folder."""
+    if not differing:
+        return ""
+    if len(differing) <= 2 and all(flat.get(k) is not None for k in differing):
+        return ", ".join(f"{k.rsplit('.', 1)[-1]}={_short(flat[k])}" for k in differing)
+    folders = sorted({"/".join(r.source.split("/")[-3:-1]) for r in runs})
+    return folders[0] if len(folders) == 1 else f"{folders[0]} +{len(folders) - 1}"
+
+
+def _short(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def series_of(records: Sequence[SourcedRecord]) -> list[Series]:
+    """The result records grouped into series (see the module docstring), sorted."""
+    results = of_kind(records, RecordKind.RESULT)
+    groups: dict[tuple[str, str, str], dict[str, list[SourcedRecord]]] = {}
+    flats: dict[str, dict[str, Any]] = {}
+    for r in results:
+        triple = (str(r.record["method"]), str(r.record["dataset"]), str(r.record["mode"]))
+        key, flat = _config_key(r.record)
+        flats[key] = flat
+        groups.setdefault(triple, {}).setdefault(key, []).append(r)
+    out = []
+    for triple in sorted(groups):
+        configs = groups[triple]
+        keys = sorted({k for c in configs for k in flats[c]})
+        differing = [k for k in keys if len({json.dumps(flats[c].get(k), default=str)
+                                             for c in configs}) > 1]
+        for config in sorted(configs, key=lambda c: _setup_text(flats[c], differing,
+                                                                configs[c])):
+            points: dict[tuple[Any, ...], list[SourcedRecord]] = {}
+            for r in configs[config]:
+                pkey = (float(f"{published(r.record):.10g}"),
+                        float(f"{record_level(r.record):.10g}"), labels_of(r.record))
+                points.setdefault(pkey, []).append(r)
+            ordered = sorted(points.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2] or 0))
+            out.append(Series(
+                method=triple[0], dataset=triple[1], mode=triple[2],
+                setup=_setup_text(flats[config], differing, configs[config]),
+                points=tuple(Point(epsilon_published=k[0], epsilon_record_level=k[1],
+                                   labels=k[2], runs=tuple(v)) for k, v in ordered)))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Tables
+# --------------------------------------------------------------------------------------------
+
+def paper_match(series: Series, point: Point) -> PaperReference | None:
+    """The paper's figure for a point: same labels where the paper states them, else epsilon."""
+    for ref in references_for(series.method, series.dataset, mode=series.mode):
+        if ref.labels is not None:
+            if point.labels == ref.labels:
+                return ref
+        elif point.epsilon_published is not None and math.isclose(
+                ref.epsilon, point.epsilon_published, rel_tol=1e-6):
+            return ref
+    return None
+
+
+def accuracy_table(series: Sequence[Series], dataset: str) -> Table:
+    """Accuracy against both epsilons, one row per point of the ``dataset``'s series."""
+    rows = []
+    for s in series:
+        if s.dataset != dataset:
+            continue
+        for p in s.points:
+            refs = p.refs
+            ref = paper_match(s, p)
+            rows.append((
+                Cell(s.method), Cell(s.mode), Cell(s.setup or "-"),
+                Cell("-" if p.labels is None else f"{p.labels:,}", refs, "labels"),
+                Cell(_fmt_eps(p.epsilon_published), refs, "epsilon_published"),
+                Cell(_fmt_eps(p.epsilon_record_level), refs, "epsilon_record_level"),
+                Cell(_fmt_pct(p.accuracies), refs, "test_accuracy", "mean"),
+                Cell(str(len(p.runs)), refs, "runs", "count"),
+                Cell("-" if ref is None else f"{100 * ref.test_accuracy:.1f}",
+                     () if ref is None else (f"paper: {ref.source} @ epsilon {ref.epsilon:g}",),
+                     None if ref is None else "paper")))
+    return Table(
+        caption=f"Accuracy and epsilon ({dataset})",
+        columns=("method", "mode", "setup", "labels / queries", "epsilon (published)",
+                 "epsilon (record level)", "test accuracy %", "runs", "paper %"),
+        rows=tuple(rows),
+        notes=("Test accuracy: mean over the runs (seeds), min-max in brackets. "
+               "Epsilon (published): the method's paper's accounting; epsilon (record level): "
+               f"what the run guarantees for one private record ({_NOT_DP}: a step was fitted to "
+               "private data without noise). Paper %: the paper's figure at the same labels "
+               "(or epsilon).",))
+
+
+def budget_tables(records: Sequence[SourcedRecord]) -> list[Table]:
+    """Per method: each distinct plan, and its epsilon under every accountant."""
+    results = of_kind(records, RecordKind.RESULT)
+    methods = sorted({str(r.record["method"]) for r in results})
+    tables = []
+    for method in methods:
+        plans: dict[tuple[Any, ...], list[SourcedRecord]] = {}
+        for r in results:
+            if r.record["method"] != method or not r.record.get("charges"):
+                continue
+            key = (str(r.record["dataset"]), str(r.record["mode"]),
+                   json.dumps(r.record["charges"], sort_keys=True), r.record.get("delta"))
+            plans.setdefault(key, []).append(r)
+        rows, notes, relations = [], {}, set()
+        for key in sorted(plans, key=lambda k: (k[0], k[1], _plan_order(plans[k][0]))):
+            runs = plans[key]
+            budget = plan_budget(runs[0].record)
+            if budget is None:
+                continue
+            relations.add(budget.relation)
+            refs = tuple(r.ref for r in runs)
+            cells = [Cell(key[0]), Cell(key[1]),
+                     Cell(_or_dash(labels_of(runs[0].record)), refs, "labels"),
+                     Cell(budget.plan),
+                     Cell(f"{budget.delta:g}", refs, "delta"),
+                     Cell(_fmt_eps(record_level(runs[0].record)), refs, "epsilon_record_level")]
+            for _, short in ACCOUNTANTS:
+                value = budget.epsilons[short]
+                if value is None:
+                    notes[f"{short}: {budget.notes[short]}"] = None
+                    cells.append(Cell("n/a"))
+                else:
+                    cells.append(Cell(_fmt_eps(value) if math.isfinite(value) else "∞",
+                                      refs, f"budget:{short}"))
+            cells.append(Cell(str(len(runs)), refs, "runs", "count"))
+            rows.append(tuple(cells))
+        if not rows:
+            continue
+        tables.append(Table(
+            caption=f"Budgets: {method}",
+            columns=("dataset", "mode", "labels / queries", "plan (ledger charges)", "delta",
+                     "epsilon (record level)", *(s for _, s in ACCOUNTANTS), "runs"),
+            rows=tuple(rows),
+            notes=(f"Each accountant composes the run's private charges at its delta "
+                   f"({', '.join(sorted(relations))} neighbours); a NOT DP charge makes the "
+                   "record-level epsilon infinite whatever they say of the private releases. "
+                   "Not applicable: " + ("; ".join(notes) if notes else "none") + ".",)))
+    return tables
+
+
+def _plan_order(record: SourcedRecord) -> tuple[float, float]:
+    return (labels_of(record.record) or 0, float(record.record["epsilon"]))
+
+
+def _or_dash(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def audit_tables(records: Sequence[SourcedRecord]) -> list[Table]:
+    """The mechanism audits and the pipeline audits (claimed vs lower bound)."""
+    tables = []
+    mechanisms = of_kind(records, RecordKind.MECHANISM_AUDIT)
+    if mechanisms:
+        rows = []
+        for r in mechanisms:
+            rec, refs = r.record, (r.ref,)
+            rows.append((
+                Cell(str(rec["mechanism"]) + (" (control)" if rec.get("control") else "")),
+                Cell(str(rec.get("configuration", "-"))),
+                Cell(_fmt_eps(float(rec["epsilon_claimed"])), refs, "epsilon_claimed"),
+                Cell(f"{float(rec['epsilon_lower']):.4g}", refs, "epsilon_lower"),
+                Cell(str(rec["verdict"])),
+                Cell(str(rec.get("attack", "-"))),
+                Cell(_or_dash(rec.get("samples_per_side")), refs, "samples_per_side")))
+        tables.append(Table(
+            caption="Audits of the mechanisms (dpkd audit)",
+            columns=("mechanism", "configuration", "claimed epsilon", "lower bound",
+                     "verdict", "attack", "samples per side"),
+            rows=tuple(rows),
+            notes=("Lower bound: one-sided Clopper-Pearson at the record's confidence (95%) on "
+                   "samples not used to choose the event. A violation (bound above the claim) "
+                   "is expected only of the controls, broken on purpose.",)))
+    pipelines = of_kind(records, RecordKind.PIPELINE_AUDIT)
+    if pipelines:
+        rows = []
+        for r in pipelines:
+            rec, refs = r.record, (r.ref,)
+            size = (f"{rec['canaries']:,} canaries" if rec.get("estimator") == "one-run"
+                    else f"{rec.get('runs_per_side', '-')} runs per side")
+            key = "canaries" if rec.get("estimator") == "one-run" else "runs_per_side"
+            rows.append((
+                Cell(str(rec["pipeline"])), Cell(str(rec["dataset"])), Cell(str(rec["mode"])),
+                Cell(str(rec.get("stage", "-"))),
+                Cell(_fmt_eps(float(rec["epsilon_claimed"])), refs, "epsilon_claimed"),
+                Cell(f"{float(rec['epsilon_lower']):.4g}", refs, "epsilon_lower"),
+                Cell(str(rec["verdict"])), Cell(size, refs, key)))
+        tables.append(Table(
+            caption="Audits of whole pipelines (dpkd audit-run)",
+            columns=("pipeline", "dataset", "mode", "what is audited", "claimed epsilon",
+                     "lower bound", "verdict", "size"),
+            rows=tuple(rows),
+            notes=("Inconclusive: the bound stayed below half the claim; for a run whose "
+                   "record-level epsilon is infinite that is not evidence of privacy.",)))
+    return tables
+
+
+def provenance_table(records: Sequence[SourcedRecord]) -> Table:
+    """Where each record came from: command, device, commit, time, seconds."""
+    rows = []
+    for r in records:
+        rec = r.record
+        prov = rec.get("provenance") if isinstance(rec.get("provenance"), Mapping) else {}
+        commit = prov.get("git_commit")
+        commit_text = "-" if not commit else str(commit)[:7] + (
+            " (dirty)" if prov.get("git_dirty") else "")
+        what = (f"{rec['method']} {rec['dataset']} {rec['mode']}"
+                if r.kind is RecordKind.RESULT else
+                f"audit {rec['pipeline']} {rec['dataset']} {rec['mode']}"
+                if r.kind is RecordKind.PIPELINE_AUDIT else f"audit {rec['mechanism']}")
+        seconds = seconds_of(rec)
+        rows.append((Cell(r.ref), Cell(what), Cell(str(rec.get("command") or "-")),
+                     Cell(str(rec.get("device") or (
+                         f"not recorded (platform {prov['platform']})" if prov.get("platform")
+                         else "-"))),
+                     Cell(commit_text, (r.ref,), None if not commit else "provenance.git_commit"),
+                     Cell(str(prov.get("created_utc") or "-"), (r.ref,),
+                          "provenance.created_utc" if prov.get("created_utc") else None),
+                     Cell(_fmt_seconds(seconds), (r.ref,) if seconds is not None else (),
+                          "seconds" if seconds is not None else None)))
+    return Table(caption="Provenance of every record",
+                 columns=("record", "run", "command", "device", "commit", "created (UTC)",
+                          "seconds"),
+                 rows=tuple(rows),
+                 notes=("Commands as recorded; a sweep's command is in its sweep.json where the "
+                        "record has none.",))
+
+
+def devices(records: Iterable[SourcedRecord]) -> list[str]:
+    """Distinct devices named by the records."""
+    return sorted({str(r.record["device"]) for r in records if r.record.get("device")})
