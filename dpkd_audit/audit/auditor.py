@@ -36,6 +36,7 @@ from dpkd_audit import _validate
 from dpkd_audit.audit.attacks import Attack, Candidate, Selection, select_event
 from dpkd_audit.audit.bounds import epsilon_lower_bound
 from dpkd_audit.audit.outputs import KeyCoder, Outputs, prepare_outputs
+from dpkd_audit.executor import ExecutorConfig
 
 if TYPE_CHECKING:
     from dpkd_audit.mechanisms.base import AuditView
@@ -226,6 +227,45 @@ def _count(sampler: Sampler, x: Any, total: int, rng: np.random.Generator,
     return hits
 
 
+def _count_part(part: tuple[Any, int, int], shared: tuple[Any, ...]) -> int:
+    """One part of :func:`count_in_parts`: hits among ``k`` outputs on one input."""
+    side, k, seed = part
+    sampler, x, x_prime, candidate, reference = shared
+    rng = np.random.default_rng(np.random.SeedSequence(seed))
+    return _count(sampler, x if side == 0 else x_prime, k, rng, candidate, reference)
+
+
+def count_in_parts(sampler: Sampler, x: Any, x_prime: Any, total: int, candidate: Candidate,
+                   reference: Outputs, *, workers: int, rng: np.random.Generator,
+                   executor: ExecutorConfig | None = None) -> tuple[int, int]:
+    """Hits of ``candidate`` among ``total`` fresh outputs on each input, in ``workers`` parts.
+
+    Each input's ``total`` outputs are split into ``workers`` near-equal parts; part j of
+    input s is drawn from the generator seeded by the (2j + s)-th child of a
+    ``SeedSequence`` whose entropy is drawn from ``rng``: independent streams, the same for
+    every executor, so a local run and a Ray run with the same ``rng`` state count the same
+    outputs. Only the counts travel back.
+
+    Returns:
+        ``(hits on x, hits on x_prime)``.
+    """
+    from dpkd_audit.executor import map_unordered, put
+
+    config = executor if executor is not None else ExecutorConfig()
+    entropy = int(rng.integers(0, 2**63 - 1))
+    children = np.random.SeedSequence(entropy).spawn(2 * workers)
+    sizes = [total // workers + (1 if j < total % workers else 0) for j in range(workers)]
+    parts = [(side, sizes[j], int(children[2 * j + side].generate_state(1, np.uint64)[0]))
+             for j in range(workers) for side in (0, 1) if sizes[j] > 0]
+    shared = put((sampler, x, x_prime, candidate, reference), config)
+    hits = [0, 0]
+    for i, count in map_unordered(_count_part, parts, config=config, shared=shared,
+                                  describe=lambda p: f"audit part (input {p[0]}, {p[1]} "
+                                                     "outputs)"):
+        hits[parts[i][0]] += int(count)
+    return hits[0], hits[1]
+
+
 def _plug_in(k_1: int, k_0: int, total: int, delta: float) -> float:
     num = k_1 / total - delta
     if num <= 0:
@@ -241,7 +281,9 @@ def audit_sampler(sampler: Sampler, x: Any, x_prime: Any, *, epsilon: float,
                   delta: float = 0.0, n: int = DEFAULT_SAMPLES, confidence: float = 0.95,
                   rng: np.random.Generator, attack: Attack | None = None,
                   selection_fraction: float | None = None,
-                  mechanism: str | None = None, policy: str | None = None) -> AuditResult:
+                  mechanism: str | None = None, policy: str | None = None,
+                  workers: int | None = None, executor: ExecutorConfig | None = None,
+                  ) -> AuditResult:
     """Audit ``sampler`` on the pair ``(x, x_prime)`` against the claim (epsilon, delta).
 
     The selection part (``selection_fraction`` of the ``n`` outputs per input) chooses the
@@ -268,6 +310,13 @@ def audit_sampler(sampler: Sampler, x: Any, x_prime: Any, *, epsilon: float,
             :data:`DEFAULT_SELECTION_FRACTION`.
         mechanism: Name recorded in the result.
         policy: Why this attack policy (recorded; default from :func:`resolve_attack`).
+        workers: ``None`` (default): the bounding outputs are drawn here from ``rng``. An
+            integer >= 1: they are drawn in ``workers`` parts per input, each from its own
+            seed spawned from ``rng`` (:func:`count_in_parts`), on ``executor``; the event is
+            still chosen here, and only the parts' counts come back. The bound is a function
+            of the counts alone, so it is the one this process would compute from them.
+        executor: Where the parts run (default: this process); Ray spreads them over a
+            cluster (:mod:`dpkd_audit.executor`).
 
     Returns:
         The :class:`AuditResult`.
@@ -292,6 +341,10 @@ def audit_sampler(sampler: Sampler, x: Any, x_prime: Any, *, epsilon: float,
         selection_fraction = _validate.check_probability(
             "selection_fraction", selection_fraction, open_low=True, open_high=True)
     m, total = _split(n, selection_fraction)
+    if workers is not None:
+        workers = _validate.check_int("workers", workers, minimum=1, maximum=total)
+    elif executor is not None:
+        raise ValueError("executor needs workers (the number of parts per input)")
 
     sel_x = _draw(sampler, x, m, rng)
     sel_xp = _draw(sampler, x_prime, m, rng)
@@ -300,8 +353,12 @@ def audit_sampler(sampler: Sampler, x: Any, x_prime: Any, *, epsilon: float,
     coder = KeyCoder()
     candidate = select_event(sel_x, sel_xp, attack, Selection(delta, alpha, rng), coder)
 
-    hits_x = _count(sampler, x, total, rng, candidate, sel_x)
-    hits_xp = _count(sampler, x_prime, total, rng, candidate, sel_x)
+    if workers is None:
+        hits_x = _count(sampler, x, total, rng, candidate, sel_x)
+        hits_xp = _count(sampler, x_prime, total, rng, candidate, sel_x)
+    else:
+        hits_x, hits_xp = count_in_parts(sampler, x, x_prime, total, candidate, sel_x,
+                                         workers=workers, rng=rng, executor=executor)
     k_1, k_0 = (hits_x, hits_xp) if candidate.forward else (hits_xp, hits_x)
     lower = epsilon_lower_bound(k_1, total, k_0, total, delta=delta, confidence=confidence)
     return AuditResult(
@@ -316,7 +373,8 @@ def audit_sampler(sampler: Sampler, x: Any, x_prime: Any, *, epsilon: float,
 
 def audit_mechanism(mechanism: Any, *, n: int = DEFAULT_SAMPLES, confidence: float = 0.95,
                     rng: np.random.Generator, attack: Attack | None = None,
-                    selection_fraction: float | None = None) -> AuditResult:
+                    selection_fraction: float | None = None, workers: int | None = None,
+                    executor: ExecutorConfig | None = None) -> AuditResult:
     """Audit a mechanism of the package (or any object with its contract) on its neighbours.
 
     Uses ``mechanism.neighbours()`` for the pair, ``mechanism.sample(x, n, rng=rng)`` for the
@@ -338,6 +396,8 @@ def audit_mechanism(mechanism: Any, *, n: int = DEFAULT_SAMPLES, confidence: flo
             :func:`resolve_attack`, the same as ``dpkd audit``'s).
         selection_fraction: Share of the outputs used for selection (default
             :data:`DEFAULT_SELECTION_FRACTION`).
+        workers: Parts the bounding outputs are drawn in (see :func:`audit_sampler`).
+        executor: Where the parts run (see :func:`audit_sampler`).
 
     Returns:
         The :class:`AuditResult` (``mechanism`` set to the class name).
@@ -358,7 +418,8 @@ def audit_mechanism(mechanism: Any, *, n: int = DEFAULT_SAMPLES, confidence: flo
     return audit_sampler(sampler, *pair, epsilon=epsilon, delta=delta, n=n,
                          confidence=confidence, rng=rng, attack=attack,
                          selection_fraction=selection_fraction,
-                         mechanism=type(mechanism).__name__, policy=policy)
+                         mechanism=type(mechanism).__name__, policy=policy, workers=workers,
+                         executor=executor)
 
 
 def mechanism_sampler(mechanism: Any) -> tuple[Sampler, tuple[Any, Any], AuditView | None]:

@@ -22,6 +22,7 @@ import numpy as np
 from dpkd_audit import _validate
 from dpkd_audit.audit.attacks import Attack
 from dpkd_audit.audit.auditor import audit_mechanism
+from dpkd_audit.executor import ExecutorConfig
 from dpkd_audit.mechanisms import CATALOGUE, example_text
 from dpkd_audit.provenance import provenance
 
@@ -90,8 +91,14 @@ def _samples_within(mechanism: Any, samples: int, max_values: int,
 def run_audits(targets: list[AuditTarget], *, samples: int, confidence: float,
                rng: np.random.Generator, max_values: int = 5_000_000,
                attack: Attack | None = None,
-               epsilon: float | None = None) -> Iterator[dict[str, Any]]:
-    """Audit each target and yield one JSON-ready record per target."""
+               epsilon: float | None = None, workers: int | None = None,
+               executor: ExecutorConfig | None = None) -> Iterator[dict[str, Any]]:
+    """Audit each target and yield one JSON-ready record per target.
+
+    ``workers`` / ``executor``: the bounding outputs drawn in parts, possibly on a Ray cluster
+    (see :func:`~dpkd_audit.audit.auditor.audit_sampler`); recorded as ``workers`` and
+    ``executor``.
+    """
     samples = _validate.check_int("samples", samples, minimum=1_000)
     max_values = _validate.check_int("max_values", max_values, minimum=1)
     origin = provenance()  # which code, libraries and commit produced the records
@@ -100,8 +107,12 @@ def run_audits(targets: list[AuditTarget], *, samples: int, confidence: float,
         if epsilon is not None:
             mechanism = with_epsilon(mechanism, epsilon)
         n = _samples_within(mechanism, samples, max_values, rng)
-        result = audit_mechanism(mechanism, n=n, confidence=confidence, rng=rng, attack=attack)
+        result = audit_mechanism(mechanism, n=n, confidence=confidence, rng=rng, attack=attack,
+                                 workers=workers, executor=executor)
         record = result.to_dict()
+        if workers is not None:
+            record["workers"] = workers
+            record["executor"] = (executor or ExecutorConfig()).kind.value
         record.update({
             "mechanism": target.name,
             "control": target.control,

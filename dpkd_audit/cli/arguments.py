@@ -70,3 +70,14 @@ def choice_list(allowed: Sequence[str], *, name: str = "modes") -> Callable[[str
             raise argparse.ArgumentTypeError(f"{name} must be among {allowed}; got {text!r}")
         return values
     return parse
+
+
+def add_executor_arguments(p: argparse.ArgumentParser) -> None:
+    """``--executor {local,ray}`` and ``--address`` (see :mod:`dpkd_audit.executor`)."""
+    from dpkd_audit.executor import ExecutorKind
+
+    p.add_argument("--executor", choices=[k.value for k in ExecutorKind], default="local",
+                   help="where independent pieces run: local (this process, default) or ray "
+                        "(Ray tasks; pip install -e \".[distributed]\")")
+    p.add_argument("--address", help="--executor ray: the Ray cluster to join (e.g. auto or "
+                                      "ray://HOST:10001); default: a local Ray instance")

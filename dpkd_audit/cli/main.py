@@ -14,11 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from dpkd_audit.cli.arguments import int_at_least, positive_float
+from dpkd_audit.cli.arguments import add_executor_arguments, int_at_least, positive_float
 from dpkd_audit.cli.audit_run import add_audit_run_parser
 from dpkd_audit.cli.paths import output_file
 from dpkd_audit.cli.pipelines import add_pipeline_parsers, argv_or_default
 from dpkd_audit.cli.report import add_report_parser
+from dpkd_audit.executor import ExecutorConfig, ExecutorKind
 
 __all__ = ["build_parser", "main"]
 
@@ -221,9 +222,14 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     records = []
     progress = _progress(len(targets), enabled=args.all and not args.json)
     command = "dpkd " + " ".join(shlex.quote(a) for a in args.argv)
+    executor = ExecutorConfig(kind=args.executor, address=args.address)
+    if args.workers is None and executor.kind is ExecutorKind.RAY:
+        raise ValueError("--executor ray needs --workers W (parts of the bounding samples per "
+                         "input, each drawn by one Ray task)")
     for record in run_audits(targets, samples=args.samples, confidence=args.confidence,
                              rng=rng, max_values=args.max_values, attack=attack,
-                             epsilon=args.epsilon):
+                             epsilon=args.epsilon, workers=args.workers,
+                             executor=executor if args.workers is not None else None):
         record["command"] = command
         record["device"] = f"cpu ({os.cpu_count()} cores; the auditor is numpy only)"
         records.append(record)
@@ -376,6 +382,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "accepted) (default: auto_real for textbook float samplers, auto for "
                         "the others; the result says which ran and why)")
     p.add_argument("--seed", type=int, default=0, help="seed of the audit's randomness")
+    p.add_argument("--workers", type=int_at_least(1), metavar="W",
+                   help="draw the bounding samples in W parts per input, each from its own "
+                        "seed (with --executor ray: one Ray task each; only counts come back)")
+    add_executor_arguments(p)
     p.add_argument("--plot", help="write a PNG plot of the results to this path")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_audit)

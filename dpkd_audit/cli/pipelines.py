@@ -16,8 +16,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dpkd_audit.cli.arguments import choice_list
+from dpkd_audit.cli.arguments import add_executor_arguments, choice_list
 from dpkd_audit.cli.paths import output_dir, output_file
+from dpkd_audit.cli.sweep_ledger import add_ledger_arguments, reserve_sweep_budget
+from dpkd_audit.executor import ExecutorConfig, ExecutorKind, map_unordered, put
 
 __all__ = ["add_pipeline_parsers", "clusters_help", "write_sweep_report"]
 
@@ -238,8 +240,13 @@ def _cmd_sweep_rknn(args: argparse.Namespace) -> int:
                  for mode in args.modes for eps in args.epsilons]
     configs = sorted((c for group in per_point for c in group),
                      key=lambda c: args.seeds.index(c.seed))
+    from dpkd_audit.pipelines.rknn.pipeline import preparation_key
+    from dpkd_audit.pipelines.rknn.release import ledger_for
+    from dpkd_audit.pipelines.rknn.sweep import planned_run_events
+
     return run_sweep(args, base=base, configs=configs, check_configs=check_configs,
-                     sweep=sweep, summary=_summary)
+                     sweep=sweep, summary=_summary, group_key=preparation_key,
+                     plan=planned_run_events, ledger_for=ledger_for)
 
 
 def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
@@ -248,6 +255,9 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
               report: Mapping[str, Any] | None = None,
               point_key: Callable[[Any], tuple[Any, ...]] = _point_key,
               record_key: Callable[[Mapping[str, Any]], tuple[Any, ...]] = _record_key,
+              group_key: Callable[[Any], Any] | None = None,
+              plan: Callable[[Any, Mapping[Any, Any]], list[Any]] | None = None,
+              ledger_for: Callable[[Any], Any] | None = None,
               ) -> int:
     """The body of every ``dpkd sweep METHOD``: check, write ``results.jsonl``, report.
 
@@ -268,6 +278,14 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
         report: Keyword arguments of :func:`write_sweep_report`.
         point_key: A point's identity for ``--resume`` (default: mode, epsilon, seed).
         record_key: The same identity read off a saved record.
+        group_key: With ``--executor ray``: runs with the same key share their stages (the
+            method's sharing key) and run as one Ray task, groups in parallel; each group's
+            records are appended when its task finishes (completion order). Default: every run
+            its own task.
+        plan: The method's ``planned_run_events(config, checked)``; with ``--ledger FILE``
+            every run's charges are planned, checked and charged to it before any run starts
+            (:mod:`dpkd_audit.cli.sweep_ledger`).
+        ledger_for: The method's ``ledger_for(config)`` (the accountant of a new ``--ledger``).
     """
     from dpkd_audit.provenance import provenance
 
@@ -278,6 +296,14 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
                          "runs, or --force to overwrite it")
     # every point, before anything is written; the data loaded here is the sweep's
     checked = check_configs(configs, data_dir=args.data_dir, progress=not args.quiet)
+    if plan is not None:  # --ledger: the whole sweep's charges, before any run starts
+        charged = reserve_sweep_budget(args, configs, checked, plan=plan, ledger_for=ledger_for,
+                                       point_key=point_key)
+        if charged:
+            print(f"charged {charged} planned charges of the sweep to {args.ledger}",
+                  file=sys.stderr)
+    elif getattr(args, "ledger", None):
+        raise ValueError("--ledger is not supported by this sweep")
     out = _out_dir(args.out)
     command = _command(args.argv)
     if args.resume:
@@ -289,21 +315,64 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
     _write_json(out / "sweep.json", {"command": command, "argv": args.argv,
                                      "base_config": base.to_dict(),
                                      "provenance": provenance()})
-    if configs:
+    def write(record: dict[str, Any], evaluator: dict[str, Any] | None) -> None:
+        with results_path.open("a") as fh:
+            fh.write(json.dumps(record, allow_nan=False) + "\n")
+        if evaluator is not None:  # kept out of the released records
+            with evaluator_path.open("a") as fh:
+                fh.write(json.dumps(evaluator, allow_nan=False) + "\n")
+        print(summary(record), flush=True)
+
+    threads = torch_threads()
+    executor = ExecutorConfig(kind=getattr(args, "executor", "local"),
+                              address=getattr(args, "address", None), threads=threads,
+                              num_cpus=float(threads),
+                              num_gpus=1.0 if str(args.device or "").startswith("cuda") else 0.0)
+    if configs and executor.kind is ExecutorKind.LOCAL:
         for result in sweep(configs, device=args.device, checked=checked,
                             progress=not args.quiet):
-            record = result.to_record(command=command)
-            with results_path.open("a") as fh:
-                fh.write(json.dumps(record, allow_nan=False) + "\n")
-            if hasattr(result, "to_evaluator_record"):  # kept out of the released records
-                with evaluator_path.open("a") as fh:
-                    fh.write(json.dumps(result.to_evaluator_record(command=command),
-                                        allow_nan=False) + "\n")
-            print(summary(record), flush=True)
+            write(*_records_of(result, command))
+    elif configs:
+        groups: dict[Any, list[Any]] = {}
+        for config in configs:
+            groups.setdefault(group_key(config) if group_key else id(config), []).append(config)
+        items = [(sweep, group, args.device, command, threads) for group in
+                 groups.values()]
+        shared = put(checked, executor)  # the loaded data travels once
+        for _, records in map_unordered(
+                sweep_group, items, config=executor, shared=shared,
+                describe=lambda item: "sweep runs " + ", ".join(
+                    str(point_key(c)) for c in item[1])):
+            for record, evaluator in records:
+                write(record, evaluator)
     plot, readme = write_sweep_report(out, command=command, dataset=args.dataset,
                                       **dict(report or {}))
     print(f"wrote {results_path}, {plot}, {readme}")
     return 0
+
+
+def _records_of(result: Any, command: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    record = result.to_record(command=command)
+    evaluator = (result.to_evaluator_record(command=command)
+                 if hasattr(result, "to_evaluator_record") else None)
+    return record, evaluator
+
+
+def torch_threads() -> int:
+    """Torch threads of this process (Ray workers are given as many: identical floats)."""
+    import torch
+
+    return torch.get_num_threads()
+
+
+def sweep_group(item: tuple[Any, ...], checked: Any) -> list[tuple[dict[str, Any], Any]]:
+    """One Ray task of a sweep: the runs of one group, sharing their stages, as records."""
+    import torch
+
+    sweep, configs, device, command, threads = item
+    torch.set_num_threads(threads)
+    return [_records_of(result, command)
+            for result in sweep(configs, device=device, checked=checked, progress=False)]
 
 
 def add_sweep_grid_arguments(p: argparse.ArgumentParser, *, modes: Sequence[str],
@@ -316,6 +385,8 @@ def add_sweep_grid_arguments(p: argparse.ArgumentParser, *, modes: Sequence[str]
     p.add_argument("--modes", type=choice_list(modes), default=[default_mode],
                    help=f"comma-separated {modes_name} (default {default_mode})")
     p.add_argument("--seeds", type=_int_list, default=[0], help="comma-separated seeds")
+    add_executor_arguments(p)
+    add_ledger_arguments(p)
     existing = p.add_mutually_exclusive_group()
     existing.add_argument("--resume", action="store_true",
                           help="keep OUT/results.jsonl and skip the runs already in it")

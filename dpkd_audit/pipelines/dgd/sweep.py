@@ -21,6 +21,7 @@ import torch
 
 from dpkd_audit import _validate
 from dpkd_audit.pipelines.common.loading import LoadedData
+from dpkd_audit.pipelines.common.planning import PlanRecorder
 from dpkd_audit.pipelines.dgd.config import DgdConfig, DgdMode
 from dpkd_audit.pipelines.dgd.pipeline import (
     PREPARED_STAGES,
@@ -156,3 +157,15 @@ def sweep(configs: Sequence[DgdConfig], *, device: torch.device | str | None = N
                      data=data, prepared=share, ensemble=None if share else share_ensemble,
                      progress=progress)
         yield dataclasses.replace(result, shared_stages=shared)
+
+
+def planned_run_events(config: DgdConfig, checked: Mapping[Any, LoadedData]) -> list[Any]:
+    """The events ``config``'s run will charge, from its own pre-run check (``check_run``).
+
+    ``checked`` is :func:`check_configs`'s result. Used to plan a whole sweep against one
+    shared ledger before any run starts.
+    """
+    dataset = checked[config.dataset].dataset
+    recorder = PlanRecorder(ledger_for(config).accountant)
+    check_run(config, recorder, num_private=dataset.n_train, num_classes=dataset.num_classes)
+    return recorder.planned

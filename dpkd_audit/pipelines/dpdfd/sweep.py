@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from dpkd_audit import _validate
+from dpkd_audit.pipelines.common.planning import PlanRecorder
 from dpkd_audit.pipelines.dpdfd.config import DpdfdConfig, DpdfdMode
 from dpkd_audit.pipelines.dpdfd.pipeline import (
     PREPARED_STAGES,
@@ -126,3 +127,15 @@ def sweep(configs: Sequence[DpdfdConfig], *, device: torch.device | str | None =
         result = run(config, ledger=ledger_for(config), rng=label_rng(config), device=device,
                      data=data, prepared=share, progress=progress)
         yield dataclasses.replace(result, shared_stages=shared)
+
+
+def planned_run_events(config: DpdfdConfig, checked: Mapping[Any, LoadedData]) -> list[Any]:
+    """The events ``config``'s run will charge, from its own pre-run check (``check_run``).
+
+    ``checked`` is :func:`check_configs`'s result. Used to plan a whole sweep against one
+    shared ledger before any run starts.
+    """
+    dataset = checked[_data_key(config)].dataset
+    recorder = PlanRecorder(ledger_for(config).accountant)
+    check_run(config, recorder, num_private=dataset.n_train, num_classes=dataset.num_classes)
+    return recorder.planned

@@ -160,3 +160,13 @@ def sweep(configs: Sequence[RknnConfig], *, device: torch.device | str | None = 
         result = run(config, ledger=ledger_for(config), rng=release_rng(config), device=device,
                      prepared=prepared[key], progress=progress)
         yield dataclasses.replace(result, shared_stages=shared)
+
+
+def planned_run_events(config: RknnConfig, checked: Mapping[Any, LoadedSplits]) -> list[Any]:
+    """The events ``config``'s run will charge (``planned_events``), for a sweep's one ledger.
+
+    ``checked`` is :func:`check_configs`'s result.
+    """
+    splits = checked[splits_key(config)].splits
+    return list(planned_events(config, num_private=splits.private_indices.size,
+                               num_classes=splits.dataset.num_classes))

@@ -1,0 +1,169 @@
+"""Where independent pieces of work run: in this process, or as Ray tasks on a cluster.
+
+:func:`map_unordered` runs ``fn`` on each item and yields ``(index, result)`` as each piece
+finishes. The local executor runs them in order in this process; the Ray executor
+(``pip install -e ".[distributed]"``) submits one task per item with the resources declared
+(:class:`ExecutorConfig`), and yields in completion order. A task whose worker dies (killed,
+out of memory, node lost) is retried by Ray up to ``max_retries`` times; a task that still fails,
+or raises, stops the iteration with a :class:`TaskFailedError` naming the item: nothing is
+dropped silently, and the results yielded before it are the caller's to keep.
+
+No torch here (the ``audit`` layer uses it); Ray is imported only when the Ray executor is used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from dpkd_audit import _validate
+
+__all__ = ["ExecutorConfig", "ExecutorKind", "TaskFailedError", "map_unordered", "ray_available"]
+
+
+class ExecutorKind(enum.StrEnum):
+    """Where the work runs."""
+
+    #: In this process, one item after the other.
+    LOCAL = "local"
+    #: Ray tasks: a local Ray instance, or the cluster at ``address``.
+    RAY = "ray"
+
+
+class TaskFailedError(RuntimeError):
+    """A piece of work failed (after Ray's retries, for a dead worker)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ExecutorConfig:
+    """How to run independent pieces of work.
+
+    Attributes:
+        kind: :class:`ExecutorKind`.
+        address: Ray only: the cluster to join (``"auto"``, ``"ray://host:10001"``); ``None``
+            starts a local Ray instance (or reuses one this process started).
+        max_retries: Ray only: how often a task whose worker died is run again (>= 0).
+        num_cpus: Ray only: CPUs each task declares (> 0).
+        num_gpus: Ray only: GPUs each task declares (>= 0; 1 for ``--device cuda``).
+        local_cpus: Ray only, local instance: CPUs it may use (>= 1; ``None``: all).
+        threads: Ray only: the OpenMP / BLAS threads of each task's worker (>= 1; ``None``:
+            Ray's default, one per declared CPU). Floating-point results of multi-threaded
+            kernels (k-means, distances, convolutions) can depend on the thread count, so a
+            sweep that must reproduce a local run gives its workers the local count.
+    """
+
+    kind: ExecutorKind = ExecutorKind.LOCAL
+    address: str | None = None
+    max_retries: int = 2
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    local_cpus: int | None = None
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "kind", ExecutorKind(self.kind))
+        except ValueError:
+            allowed = ", ".join(repr(k.value) for k in ExecutorKind)
+            raise ValueError(f"executor must be one of {allowed}; got {self.kind!r}") from None
+        _validate.check_int("max_retries", self.max_retries, minimum=0)
+        _validate.check_positive("num_cpus", self.num_cpus)
+        _validate.check_nonnegative("num_gpus", self.num_gpus)
+        for name in ("local_cpus", "threads"):
+            if getattr(self, name) is not None:
+                _validate.check_int(name, getattr(self, name), minimum=1)
+        if self.address is not None and self.kind is not ExecutorKind.RAY:
+            raise ValueError(f"address applies to the Ray executor only; got address="
+                             f"{self.address!r} with executor={self.kind.value!r}")
+        if self.kind is ExecutorKind.RAY and not ray_available():
+            raise ValueError("executor='ray' needs Ray: pip install -e \".[distributed]\" "
+                             "(or pip install ray)")
+
+
+def ray_available() -> bool:
+    """Whether Ray can be imported."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _ensure_ray(config: ExecutorConfig) -> Any:
+    import ray
+
+    if not ray.is_initialized():
+        if config.address is not None:
+            ray.init(address=config.address, logging_level="ERROR")
+        else:
+            ray.init(num_cpus=config.local_cpus or os.cpu_count(), include_dashboard=False,
+                     logging_level="ERROR")
+    return ray
+
+
+def put(value: Any, config: ExecutorConfig) -> Any:
+    """``value`` in Ray's object store (shared by every task), or ``value`` itself locally."""
+    if config.kind is ExecutorKind.LOCAL:
+        return value
+    return _ensure_ray(config).put(value)
+
+
+def map_unordered(fn: Callable[..., Any], items: Sequence[Any], *, config: ExecutorConfig,
+                  shared: Any = None, describe: Callable[[Any], str] = repr,
+                  ) -> Iterator[tuple[int, Any]]:
+    """``(i, fn(items[i], shared))`` for each item, as each finishes.
+
+    Args:
+        fn: A module-level function (Ray pickles it by reference) of ``(item, shared)``.
+        items: The pieces of work.
+        config: Where they run.
+        shared: Passed to every call; with Ray, put it in the object store first (:func:`put`)
+            so that it travels once.
+        describe: Names an item in errors.
+
+    Raises:
+        TaskFailedError: When a piece raises, or its worker died more than ``max_retries``
+            times; the message names it and the cause.
+    """
+    if config.kind is ExecutorKind.LOCAL:
+        for i, item in enumerate(items):
+            try:
+                yield i, fn(item, shared)
+            except (ValueError, TaskFailedError):
+                raise
+            except Exception as exc:  # the same report as a failed Ray task
+                raise TaskFailedError(f"{describe(item)} failed: {type(exc).__name__}: "
+                                      f"{exc}") from exc
+        return
+    ray = _ensure_ray(config)
+    options: dict[str, Any] = {"num_cpus": config.num_cpus, "num_gpus": config.num_gpus,
+                               "max_retries": config.max_retries}
+    if config.threads is not None:
+        options["runtime_env"] = {"env_vars": {name: str(config.threads) for name in (
+            "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+            "NUMBA_NUM_THREADS")}}
+    remote = ray.remote(**options)(fn)
+    pending = {remote.remote(item, shared): i for i, item in enumerate(items)}
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        ref = done[0]
+        i = pending.pop(ref)
+        try:
+            result = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            for other in pending:
+                ray.cancel(other)
+            cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+            if isinstance(cause, ValueError):
+                raise ValueError(f"{describe(items[i])}: {cause}") from None
+            raise TaskFailedError(f"{describe(items[i])} failed: {type(cause).__name__}: "
+                                  f"{cause}") from None
+        except ray.exceptions.RayError as exc:  # worker died more than max_retries times
+            for other in pending:
+                ray.cancel(other)
+            raise TaskFailedError(f"{describe(items[i])} failed after {config.max_retries} "
+                                  f"retries: {type(exc).__name__}: {str(exc)[:500]}") from None
+        yield i, result
