@@ -21,7 +21,9 @@ from typing import Any
 
 from dpkd_audit import _validate
 
-__all__ = ["ExecutorConfig", "ExecutorKind", "TaskFailedError", "map_unordered", "ray_available"]
+__all__ = ["ExecutorConfig", "ExecutorKind", "TaskFailedError", "apply_threads",
+           "capture_threads", "map_unordered", "native_thread_env", "put", "ray_available",
+           "resolve", "submit"]
 
 
 class ExecutorKind(enum.StrEnum):
@@ -52,7 +54,9 @@ class ExecutorConfig:
         threads: Ray only: the OpenMP / BLAS threads of each task's worker (>= 1; ``None``:
             Ray's default, one per declared CPU). Floating-point results of multi-threaded
             kernels (k-means, distances, convolutions) can depend on the thread count, so a
-            sweep that must reproduce a local run gives its workers the local count.
+            sweep that must reproduce a local run gives its workers the local counts.
+        worker_env: Ray only: environment variables of each task's worker, e.g. the driver's
+            per-library thread counts (:func:`native_thread_env`); they override ``threads``.
     """
 
     kind: ExecutorKind = ExecutorKind.LOCAL
@@ -62,6 +66,7 @@ class ExecutorConfig:
     num_gpus: float = 0.0
     local_cpus: int | None = None
     threads: int | None = None
+    worker_env: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         try:
@@ -111,6 +116,104 @@ def put(value: Any, config: ExecutorConfig) -> Any:
     return _ensure_ray(config).put(value)
 
 
+def _remote(fn: Callable[..., Any], config: ExecutorConfig) -> Any:
+    options: dict[str, Any] = {"num_cpus": config.num_cpus, "num_gpus": config.num_gpus,
+                               "max_retries": config.max_retries}
+    env: dict[str, str] = {}
+    if config.threads is not None:
+        env.update(dict.fromkeys(("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                  "NUMBA_NUM_THREADS"), str(config.threads)))
+    env.update(dict(config.worker_env))
+    if env:
+        options["runtime_env"] = {"env_vars": env}
+    return _ensure_ray(config).remote(**options)(fn)
+
+
+def capture_threads() -> tuple[tuple[str, int], ...]:
+    """Thread counts of this process per native library (and torch's, numba's), to replay.
+
+    Multi-threaded kernels (BLAS products, OpenMP k-means, faiss searches, torch) round
+    differently with another thread count, and a process can hold several OpenMP and BLAS
+    libraries at different counts (torch's own libgomp after ``torch.set_num_threads``, faiss's,
+    numpy's and scipy's OpenBLAS): environment variables cannot reproduce that, so each library
+    is named by its file and set in the worker by :func:`apply_threads`.
+    """
+    import sys
+
+    from threadpoolctl import ThreadpoolController
+
+    state = [(f"lib:{os.path.basename(lib.filepath)}", int(lib.num_threads))
+             for lib in ThreadpoolController().lib_controllers]
+    if "torch" in sys.modules:
+        state.append(("torch", int(sys.modules["torch"].get_num_threads())))
+    if "numba" in sys.modules:
+        state.append(("numba", int(sys.modules["numba"].get_num_threads())))
+    return tuple(state)
+
+
+def apply_threads(state: tuple[tuple[str, int], ...]) -> None:
+    """In a worker, after its libraries are loaded: the thread counts of :func:`capture_threads`."""
+    import sys
+
+    from threadpoolctl import ThreadpoolController
+
+    wanted = dict(state)
+    if "torch" in wanted:
+        import torch
+
+        torch.set_num_threads(wanted["torch"])
+    if "numba" in wanted and "numba" in sys.modules:
+        sys.modules["numba"].set_num_threads(min(wanted["numba"],
+                                                 sys.modules["numba"].config.NUMBA_NUM_THREADS))
+    for lib in ThreadpoolController().lib_controllers:
+        count = wanted.get(f"lib:{os.path.basename(lib.filepath)}")
+        if count is not None:
+            lib.set_num_threads(count)
+
+
+def native_thread_env() -> tuple[tuple[str, str], ...]:
+    """Environment variables that give a worker this process's thread count per library.
+
+    OpenMP, OpenBLAS and MKL as ``threadpoolctl`` reads them off the loaded libraries, and
+    numba's when it is loaded. A worker started with them runs multi-threaded kernels with the
+    same counts, hence the same floating-point rounding, as this process.
+    """
+    import sys
+
+    from threadpoolctl import threadpool_info
+
+    names = {"openmp": "OMP_NUM_THREADS", "openblas": "OPENBLAS_NUM_THREADS",
+             "mkl": "MKL_NUM_THREADS", "blis": "BLIS_NUM_THREADS"}
+    env: dict[str, str] = {}
+    for lib in threadpool_info():
+        name = names.get(str(lib.get("internal_api")))
+        if name is not None and name not in env:
+            env[name] = str(lib["num_threads"])
+    if "numba" in sys.modules:
+        env["NUMBA_NUM_THREADS"] = str(sys.modules["numba"].get_num_threads())
+    return tuple(sorted(env.items()))
+
+
+def submit(fn: Callable[..., Any], *args: Any, config: ExecutorConfig) -> Any:
+    """``fn(*args)`` as a Ray task: a reference to its result (locally: the result itself).
+
+    The result stays in the object store: pass the reference inside an item of
+    :func:`map_unordered` and :func:`resolve` it in the task.
+    """
+    if config.kind is ExecutorKind.LOCAL:
+        return fn(*args)
+    return _remote(fn, config).remote(*args)
+
+
+def resolve(value: Any) -> Any:
+    """Inside a task: the object behind a reference from :func:`submit` (else ``value``)."""
+    try:
+        import ray
+    except ImportError:  # pragma: no cover - only Ray makes references
+        return value
+    return ray.get(value) if isinstance(value, ray.ObjectRef) else value
+
+
 def map_unordered(fn: Callable[..., Any], items: Sequence[Any], *, config: ExecutorConfig,
                   shared: Any = None, describe: Callable[[Any], str] = repr,
                   ) -> Iterator[tuple[int, Any]]:
@@ -139,13 +242,7 @@ def map_unordered(fn: Callable[..., Any], items: Sequence[Any], *, config: Execu
                                       f"{exc}") from exc
         return
     ray = _ensure_ray(config)
-    options: dict[str, Any] = {"num_cpus": config.num_cpus, "num_gpus": config.num_gpus,
-                               "max_retries": config.max_retries}
-    if config.threads is not None:
-        options["runtime_env"] = {"env_vars": {name: str(config.threads) for name in (
-            "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-            "NUMBA_NUM_THREADS")}}
-    remote = ray.remote(**options)(fn)
+    remote = _remote(fn, config)
     pending = {remote.remote(item, shared): i for i, item in enumerate(items)}
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)

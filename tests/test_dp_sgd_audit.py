@@ -67,7 +67,15 @@ def test_injector_appends_one_clipped_dirac_row_per_sampled_canary():
 
 @pytest.fixture(scope="module")
 def digits_audit():
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    try:
+        yield _digits_audit()
+    finally:
+        torch.set_num_threads(threads)  # no thread count leaks into later tests
+
+
+def _digits_audit():
     config = DpdfdConfig.small(dataset="digits", mode="sound", epsilon=10.0)
     data = load_data(config).dataset
     plan = planned_dp_sgd(config, data.train_images.shape[0])

@@ -144,12 +144,20 @@ def test_distributed_audit_equals_the_local_one(ray_local):
 
 @needs_ray
 def test_ray_sweep_records_equal_the_local_ones(ray_local, tmp_path):
+    import torch
+
     from dpkd_audit.cli.main import main
 
     base = ["sweep", "rknn", "--dataset", "digits", "--epsilons", "0.5,1", "--seeds", "0,1",
             "--quiet"]
-    assert main([*base, "--out", str(tmp_path / "local")]) == 0
-    assert main([*base, "--executor", "ray", "--out", str(tmp_path / "ray")]) == 0
+    before = torch.get_num_threads()
+    # the default state (torch at the OpenMP count); an earlier test may have changed it
+    torch.set_num_threads(os.cpu_count() or 1)
+    try:
+        assert main([*base, "--out", str(tmp_path / "local")]) == 0
+        assert main([*base, "--executor", "ray", "--out", str(tmp_path / "ray")]) == 0
+    finally:
+        torch.set_num_threads(before)
 
     def records(folder: str) -> dict:
         out = {}

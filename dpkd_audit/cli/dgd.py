@@ -116,12 +116,13 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     configs = sweep_configs(base, modes=args.modes, seeds=args.seeds,
                             queries=args.queries or (), epsilons=args.epsilons or ())
     from dpkd_audit.pipelines.dgd.pipeline import ensemble_key, ledger_for
-    from dpkd_audit.pipelines.dgd.sweep import planned_run_events
+    from dpkd_audit.pipelines.dgd.sweep import planned_run_events, stages_of
 
     return run_sweep(args, base=base, configs=configs, check_configs=check_configs,
                      sweep=sweep, summary=_summary, point_key=_point_key,
                      record_key=_record_key, group_key=ensemble_key,
                      plan=planned_run_events, ledger_for=ledger_for,
+                     stages_of=stages_of,
                      report={"method_title": "DGD",
                              "page_title": f"DGD on {args.dataset}: published and sound",
                              "notes": SWEEP_NOTES, "dashed_metric": "teacher_accuracy"})

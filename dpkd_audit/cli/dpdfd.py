@@ -89,11 +89,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     base = _config(args, epsilon=args.epsilons[0], mode=base_mode)
     configs = sweep_configs(base, epsilons=args.epsilons, modes=args.modes, seeds=args.seeds)
     from dpkd_audit.pipelines.dpdfd.pipeline import ledger_for, preparation_key
-    from dpkd_audit.pipelines.dpdfd.sweep import planned_run_events
+    from dpkd_audit.pipelines.dpdfd.sweep import planned_run_events, stages_of
 
     return run_sweep(args, base=base, configs=configs, check_configs=check_configs,
                      sweep=sweep, summary=_summary, group_key=preparation_key,
                      plan=planned_run_events, ledger_for=ledger_for,
+                     stages_of=stages_of,
                      report={"method_title": "DP-DFD",
                              "page_title": f"DP-DFD on {args.dataset}: published and sound",
                              "notes": SWEEP_NOTES, "dashed_metric": "teacher_accuracy"})

@@ -19,7 +19,17 @@ from typing import Any
 from dpkd_audit.cli.arguments import add_executor_arguments, choice_list
 from dpkd_audit.cli.paths import output_dir, output_file
 from dpkd_audit.cli.sweep_ledger import add_ledger_arguments, reserve_sweep_budget
-from dpkd_audit.executor import ExecutorConfig, ExecutorKind, map_unordered, put
+from dpkd_audit.executor import (
+    ExecutorConfig,
+    ExecutorKind,
+    apply_threads,
+    capture_threads,
+    map_unordered,
+    native_thread_env,
+    put,
+    resolve,
+    submit,
+)
 
 __all__ = ["add_pipeline_parsers", "clusters_help", "write_sweep_report"]
 
@@ -242,11 +252,11 @@ def _cmd_sweep_rknn(args: argparse.Namespace) -> int:
                      key=lambda c: args.seeds.index(c.seed))
     from dpkd_audit.pipelines.rknn.pipeline import preparation_key
     from dpkd_audit.pipelines.rknn.release import ledger_for
-    from dpkd_audit.pipelines.rknn.sweep import planned_run_events
+    from dpkd_audit.pipelines.rknn.sweep import planned_run_events, stages_of
 
     return run_sweep(args, base=base, configs=configs, check_configs=check_configs,
                      sweep=sweep, summary=_summary, group_key=preparation_key,
-                     plan=planned_run_events, ledger_for=ledger_for)
+                     plan=planned_run_events, ledger_for=ledger_for, stages_of=stages_of)
 
 
 def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
@@ -258,6 +268,7 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
               group_key: Callable[[Any], Any] | None = None,
               plan: Callable[[Any, Mapping[Any, Any]], list[Any]] | None = None,
               ledger_for: Callable[[Any], Any] | None = None,
+              stages_of: Callable[..., Any] | None = None,
               ) -> int:
     """The body of every ``dpkd sweep METHOD``: check, write ``results.jsonl``, report.
 
@@ -278,10 +289,12 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
         report: Keyword arguments of :func:`write_sweep_report`.
         point_key: A point's identity for ``--resume`` (default: mode, epsilon, seed).
         record_key: The same identity read off a saved record.
-        group_key: With ``--executor ray``: runs with the same key share their stages (the
-            method's sharing key) and run as one Ray task, groups in parallel; each group's
-            records are appended when its task finishes (completion order). Default: every run
-            its own task.
+        group_key: With ``--executor ray``: runs with the same key share stages (the
+            method's sharing key); ``stages_of`` computes a group's stages once, as one Ray
+            task, and every run is its own task, handed them through the object store; records
+            are appended as runs finish (completion order). Without it, every run computes its
+            own stages.
+        stages_of: The method's ``stages_of(configs, checked=, device=)``.
         plan: The method's ``planned_run_events(config, checked)``; with ``--ledger FILE``
             every run's charges are planned, checked and charged to it before any run starts
             (:mod:`dpkd_audit.cli.sweep_ledger`).
@@ -323,28 +336,35 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
                 fh.write(json.dumps(evaluator, allow_nan=False) + "\n")
         print(summary(record), flush=True)
 
-    threads = torch_threads()
-    executor = ExecutorConfig(kind=getattr(args, "executor", "local"),
-                              address=getattr(args, "address", None), threads=threads,
-                              num_cpus=float(threads),
+    kind = ExecutorKind(getattr(args, "executor", "local"))
+    threads = capture_threads() if kind is ExecutorKind.RAY else ()
+    executor = ExecutorConfig(kind=kind, address=getattr(args, "address", None),
+                              num_cpus=float(torch_threads()),
+                              worker_env=native_thread_env() if kind is ExecutorKind.RAY else (),
                               num_gpus=1.0 if str(args.device or "").startswith("cuda") else 0.0)
     if configs and executor.kind is ExecutorKind.LOCAL:
         for result in sweep(configs, device=args.device, checked=checked,
                             progress=not args.quiet):
             write(*_records_of(result, command))
     elif configs:
-        groups: dict[Any, list[Any]] = {}
-        for config in configs:
-            groups.setdefault(group_key(config) if group_key else id(config), []).append(config)
-        items = [(sweep, group, args.device, command, threads) for group in
-                 groups.values()]
-        shared = put(checked, executor)  # the loaded data travels once
-        for _, records in map_unordered(
-                sweep_group, items, config=executor, shared=shared,
-                describe=lambda item: "sweep runs " + ", ".join(
-                    str(point_key(c)) for c in item[1])):
-            for record, evaluator in records:
-                write(record, evaluator)
+        # one Ray task per group of runs that share stages computes them once (stages_of);
+        # then one task per run, handed the stages through the object store
+        groups: dict[Any, list[int]] = {}
+        for i, config in enumerate(configs):
+            groups.setdefault(group_key(config) if group_key else i, []).append(i)
+        shared = put((configs, checked), executor)  # the data and the grid travel once
+        stage_of: dict[int, Any] = {}
+        for indices in groups.values():
+            if len(indices) > 1 and stages_of is not None:
+                ref = submit(stages_task, stages_of, [configs[i] for i in indices], args.device,
+                             threads, shared, config=executor)
+                stage_of.update(dict.fromkeys(indices, ref))
+        items = [(sweep, i, stage_of.get(i), args.device, command, threads)
+                 for i in range(len(configs))]
+        for _, (record, evaluator) in map_unordered(
+                sweep_point, items, config=executor, shared=shared,
+                describe=lambda item: f"sweep run {point_key(configs[item[1]])}"):
+            write(record, evaluator)
     plot, readme = write_sweep_report(out, command=command, dataset=args.dataset,
                                       **dict(report or {}))
     print(f"wrote {results_path}, {plot}, {readme}")
@@ -365,14 +385,22 @@ def torch_threads() -> int:
     return torch.get_num_threads()
 
 
-def sweep_group(item: tuple[Any, ...], checked: Any) -> list[tuple[dict[str, Any], Any]]:
-    """One Ray task of a sweep: the runs of one group, sharing their stages, as records."""
-    import torch
+def stages_task(stages_of: Callable[..., Any], configs: list[Any], device: Any,
+                threads: tuple[tuple[str, int], ...], shared: tuple[list[Any], Any]) -> Any:
+    """A Ray task: the stages a group of runs shares (the method's ``stages_of``)."""
+    apply_threads(threads)  # the driver's thread counts: the driver's rounding
+    return stages_of(configs, checked=shared[1], device=device)
 
-    sweep, configs, device, command, threads = item
-    torch.set_num_threads(threads)
-    return [_records_of(result, command)
-            for result in sweep(configs, device=device, checked=checked, progress=False)]
+
+def sweep_point(item: tuple[Any, ...], shared: tuple[list[Any], Any]
+                ) -> tuple[dict[str, Any], Any]:
+    """A Ray task: one run of the sweep, with its group's stages, as its record(s)."""
+    sweep, index, stages, device, command, threads = item
+    apply_threads(threads)
+    configs, checked = shared
+    (result,) = list(sweep(configs, device=device, checked=checked, progress=False,
+                           stages=resolve(stages), only={index}))
+    return _records_of(result, command)
 
 
 def add_sweep_grid_arguments(p: argparse.ArgumentParser, *, modes: Sequence[str],

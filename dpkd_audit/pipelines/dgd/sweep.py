@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -112,12 +112,15 @@ def check_configs(configs: Sequence[DgdConfig], *, data_dir: str | os.PathLike |
 def sweep(configs: Sequence[DgdConfig], *, device: torch.device | str | None = None,
           data_dir: str | os.PathLike | None = None,
           checked: Mapping[Any, LoadedData] | None = None,
-          progress: bool = False) -> Iterator[DgdResult]:
+          progress: bool = False, stages: Mapping[Any, Any] | None = None,
+          only: Collection[int] | None = None) -> Iterator[DgdResult]:
     """Run ``configs`` in order, yielding each result as soon as it exists.
 
     Every run gets its own ledger and its own query-noise Generator
     (:func:`~dpkd_audit.pipelines.dgd.pipeline.label_rng`), so one point reruns identically
-    with ``dpkd run dgd``.
+    with ``dpkd run dgd``. ``stages`` (:func:`stages_of`) are shared stages computed
+    elsewhere, used instead of computing them; ``only`` runs the configs at these indices alone
+    (the others still count for what is shared), for one Ray task per run.
     """
     configs = list(configs)
     if checked is None:
@@ -132,7 +135,10 @@ def sweep(configs: Sequence[DgdConfig], *, device: torch.device | str | None = N
     per_data = Counter(c.dataset for c in configs)
     ensembles: dict[tuple[Any, ...], EnsembleStage] = {}
     prepared: dict[tuple[Any, ...], Prepared] = {}
-    for config in configs:
+    given = stages or {}
+    for index, config in enumerate(configs):
+        if only is not None and index not in only:
+            continue
         data = checked[config.dataset]
         shared: tuple[str, ...] = ("data",) if per_data[config.dataset] > 1 else ()
         share_ensemble = None
@@ -140,8 +146,8 @@ def sweep(configs: Sequence[DgdConfig], *, device: torch.device | str | None = N
             key = ensemble_key(config)
             if key not in ensembles:
                 ensembles.clear()  # one ensemble in memory at a time
-                ensembles[key] = prepare_ensemble(config, data=data, device=device,
-                                                  progress=progress)
+                ensembles[key] = given[("ensemble", key)] if ("ensemble", key) in given \
+                    else prepare_ensemble(config, data=data, device=device, progress=progress)
             share_ensemble = ensembles[key]
             shared = ("data", "shards", "ensemble")
         share = None
@@ -149,8 +155,9 @@ def sweep(configs: Sequence[DgdConfig], *, device: torch.device | str | None = N
             key = preparation_key(config)
             if key not in prepared:
                 prepared.clear()
-                prepared[key] = prepare(config, data=data, device=device,
-                                        ensemble=share_ensemble, progress=progress)
+                prepared[key] = given[("prepared", key)] if ("prepared", key) in given \
+                    else prepare(config, data=data, device=device, ensemble=share_ensemble,
+                                 progress=progress)
             share = prepared[key]
             shared = PREPARED_STAGES
         result = run(config, ledger=ledger_for(config), rng=label_rng(config), device=device,
@@ -169,3 +176,29 @@ def planned_run_events(config: DgdConfig, checked: Mapping[Any, LoadedData]) -> 
     recorder = PlanRecorder(ledger_for(config).accountant)
     check_run(config, recorder, num_private=dataset.n_train, num_classes=dataset.num_classes)
     return recorder.planned
+
+
+def stages_of(configs: Sequence[DgdConfig], *, checked: Mapping[Any, LoadedData],
+              device: torch.device | str | None = None,
+              progress: bool = False) -> dict[Any, Any]:
+    """The stages ``configs`` share, each computed as :func:`sweep` computes it.
+
+    Ensembles used by several runs (keyed ``("ensemble", key)``), and the baseline, generator
+    and VAE of published runs that share them (``("prepared", key)``). For :func:`sweep`'s
+    ``stages``: computed once (one Ray task), then passed to every run.
+    """
+    per_ensemble = Counter(ensemble_key(c) for c in configs)
+    per_preparation = Counter(preparation_key(c) for c in configs
+                              if c.mode is DgdMode.PUBLISHED)
+    out: dict[Any, Any] = {}
+    for config in configs:
+        data = checked[config.dataset]
+        ens_key = ("ensemble", ensemble_key(config))
+        if per_ensemble[ens_key[1]] > 1 and ens_key not in out:
+            out[ens_key] = prepare_ensemble(config, data=data, device=device, progress=progress)
+        prep_key = ("prepared", preparation_key(config))
+        if (config.mode is DgdMode.PUBLISHED and per_preparation[prep_key[1]] > 1
+                and prep_key not in out):
+            out[prep_key] = prepare(config, data=data, device=device,
+                                    ensemble=out.get(ens_key), progress=progress)
+    return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -96,11 +96,15 @@ def check_configs(configs: Sequence[DpdfdConfig], *,
 def sweep(configs: Sequence[DpdfdConfig], *, device: torch.device | str | None = None,
           data_dir: str | os.PathLike | None = None,
           checked: Mapping[Any, LoadedData] | None = None,
-          progress: bool = False) -> Iterator[DpdfdResult]:
+          progress: bool = False, stages: Mapping[Any, Any] | None = None,
+          only: Collection[int] | None = None) -> Iterator[DpdfdResult]:
     """Run ``configs`` in order, yielding each result as soon as it exists.
 
     Every run gets its own ledger and its own label-noise Generator (:func:`~dpkd_audit.
     pipelines.dpdfd.pipeline.label_rng`), so one point reruns identically with ``dpkd run``.
+    ``stages`` (:func:`stages_of`) are shared stages computed elsewhere, used instead of
+    computing them; ``only`` runs the configs at these indices alone (the others still count
+    for what is shared), for one Ray task per run.
     """
     configs = list(configs)
     if checked is None:
@@ -113,7 +117,9 @@ def sweep(configs: Sequence[DpdfdConfig], *, device: torch.device | str | None =
                               if c.mode is DpdfdMode.PUBLISHED)
     per_data = Counter(_data_key(c) for c in configs)
     prepared: dict[tuple[Any, ...], Prepared] = {}
-    for config in configs:
+    for index, config in enumerate(configs):
+        if only is not None and index not in only:
+            continue
         data = checked[_data_key(config)]
         shared: tuple[str, ...] = ("data",) if per_data[_data_key(config)] > 1 else ()
         share = None
@@ -121,7 +127,8 @@ def sweep(configs: Sequence[DpdfdConfig], *, device: torch.device | str | None =
             key = preparation_key(config)
             if key not in prepared:
                 prepared.clear()  # one preparation in memory at a time
-                prepared[key] = prepare(config, data=data, device=device, progress=progress)
+                prepared[key] = stages[key] if stages is not None and key in stages else \
+                    prepare(config, data=data, device=device, progress=progress)
             share = prepared[key]
             shared = PREPARED_STAGES
         result = run(config, ledger=ledger_for(config), rng=label_rng(config), device=device,
@@ -139,3 +146,20 @@ def planned_run_events(config: DpdfdConfig, checked: Mapping[Any, LoadedData]) -
     recorder = PlanRecorder(ledger_for(config).accountant)
     check_run(config, recorder, num_private=dataset.n_train, num_classes=dataset.num_classes)
     return recorder.planned
+
+
+def stages_of(configs: Sequence[DpdfdConfig], *, checked: Mapping[Any, LoadedData],
+              device: torch.device | str | None = None,
+              progress: bool = False) -> dict[Any, Any]:
+    """The stages ``configs`` share (teacher and generator of published runs, by key).
+
+    For :func:`sweep`'s ``stages``: computed once (one Ray task), then passed to every run.
+    """
+    counts = Counter(preparation_key(c) for c in configs if c.mode is DpdfdMode.PUBLISHED)
+    out: dict[Any, Any] = {}
+    for config in configs:
+        key = preparation_key(config)
+        if config.mode is DpdfdMode.PUBLISHED and counts[key] > 1 and key not in out:
+            out[key] = prepare(config, data=checked[_data_key(config)], device=device,
+                               progress=progress)
+    return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -109,7 +109,8 @@ def check_configs(configs: Sequence[RknnConfig], *,
 def sweep(configs: Sequence[RknnConfig], *, device: torch.device | str | None = None,
           data_dir: str | os.PathLike | None = None,
           checked: Mapping[tuple[Any, ...], LoadedSplits] | None = None,
-          progress: bool = False) -> Iterator[RknnResult]:
+          progress: bool = False, stages: Mapping[Any, Any] | None = None,
+          only: Collection[int] | None = None) -> Iterator[RknnResult]:
     """Run ``configs`` in order, yielding each result as soon as it exists.
 
     Stages 1-3 (:func:`~dpkd_audit.pipelines.rknn.pipeline.prepare`) are computed once per
@@ -126,6 +127,10 @@ def sweep(configs: Sequence[RknnConfig], *, device: torch.device | str | None = 
         checked: What :func:`check_configs` returned for these configs (or more), so that the
             data is not loaded twice; ``None`` checks them here.
         progress: Progress bars and stage messages on stderr.
+        stages: Shared stages computed elsewhere (:func:`stages_of`), used instead of
+            computing them (a Ray task of one run, the stages from the object store).
+        only: Run only the configs at these indices (the others still count for what is
+            shared, so each record says the same as in the whole sweep).
 
     Yields:
         One result per config; ``shared_stages`` names the stages measured once and shared
@@ -145,12 +150,14 @@ def sweep(configs: Sequence[RknnConfig], *, device: torch.device | str | None = 
     per_preparation = collections.Counter(preparation_key(c) for c in configs)
     per_split = collections.Counter(splits_key(c) for c in configs)
     prepared: dict[tuple[object, ...], Prepared] = {}
-    for config in configs:
+    for index, config in enumerate(configs):
+        if only is not None and index not in only:
+            continue
         key = preparation_key(config)
         if key not in prepared:
             prepared.clear()  # keep one preparation in memory at a time
-            prepared[key] = prepare(config, device=device, splits=checked[splits_key(config)],
-                                    progress=progress)
+            prepared[key] = stages[key] if stages is not None and key in stages else prepare(
+                config, device=device, splits=checked[splits_key(config)], progress=progress)
         if per_preparation[key] > 1:
             shared = tuple(s for s in PREPARED_STAGES if s in prepared[key].seconds)
         elif per_split[splits_key(config)] > 1:
@@ -170,3 +177,20 @@ def planned_run_events(config: RknnConfig, checked: Mapping[Any, LoadedSplits]) 
     splits = checked[splits_key(config)].splits
     return list(planned_events(config, num_private=splits.private_indices.size,
                                num_classes=splits.dataset.num_classes))
+
+
+def stages_of(configs: Sequence[RknnConfig], *, checked: Mapping[Any, LoadedSplits],
+              device: torch.device | str | None = None,
+              progress: bool = False) -> dict[Any, Any]:
+    """The stages ``configs`` share (stages 1-3 of each preparation used more than once).
+
+    For :func:`sweep`'s ``stages``: computed once (one Ray task), then passed to every run.
+    """
+    counts = collections.Counter(preparation_key(c) for c in configs)
+    out: dict[Any, Any] = {}
+    for config in configs:
+        key = preparation_key(config)
+        if counts[key] > 1 and key not in out:
+            out[key] = prepare(config, device=device, splits=checked[splits_key(config)],
+                               progress=progress)
+    return out
