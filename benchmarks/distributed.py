@@ -1,6 +1,6 @@
 """Ray executor: sweep throughput with 1 vs 2 workers, and the audit's samples per second.
 
-Sweep: ``dpkd sweep rknn`` on the embedded digits, 4 runs that share nothing (seeds 0-3, one
+Sweep: ``dpkd sweep rknn`` on the embedded digits, 8 runs that share nothing (seeds 0-7, one
 Ray task each), torch / BLAS at 1 thread per task; a local Ray instance with 1, then 2 CPUs
 (= workers), and the local executor for reference. Audit: ``dpkd audit Laplace`` with the
 bounding samples drawn in W parts per input by W Ray workers (local Ray with W CPUs); samples
@@ -21,6 +21,7 @@ import time
 import numpy as np
 import ray
 import torch
+from threadpoolctl import threadpool_limits
 
 from dpkd_audit.audit.auditor import audit_mechanism
 from dpkd_audit.cli.main import main as dpkd
@@ -31,7 +32,7 @@ from dpkd_audit.mechanisms import Laplace
 def _sweep(executor: str, out: str) -> float:
     start = time.perf_counter()
     code = dpkd(["sweep", "rknn", "--dataset", "digits", "--epsilons", "1", "--seeds",
-                 "0,1,2,3", "--quiet", "--force", "--executor", executor, "--out", out])
+                 "0,1,2,3,4,5,6,7", "--quiet", "--force", "--executor", executor, "--out", out])
     assert code == 0
     return time.perf_counter() - start
 
@@ -42,6 +43,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     torch.set_num_threads(1)
+    threadpool_limits(1)  # every loaded OpenMP / BLAS library at 1 (the workers replay it)
     out: dict[str, object] = {"cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory() as tmp:
         _sweep("local", f"{tmp}/warm-local")  # data loading, imports, first-call set-up
