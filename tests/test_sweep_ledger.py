@@ -79,3 +79,11 @@ def test_published_runs_are_refused_by_a_finite_sweep_ledger(tmp_path, capsys):
                  "--ledger-epsilon", "100"]) == 2
     assert "refused" in capsys.readouterr().err
     assert not (tmp_path / "l.sqlite").exists()
+
+
+def test_missing_ray_is_refused_before_any_charge(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("dpkd_audit.executor.ray_available", lambda: False)
+    assert main([*BASE, "--executor", "ray", "--out", str(tmp_path / "o"),
+                 "--ledger", str(tmp_path / "l.sqlite"), "--ledger-epsilon", "5"]) == 2
+    assert "needs Ray" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

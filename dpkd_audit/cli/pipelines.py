@@ -302,6 +302,12 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
     """
     from dpkd_audit.provenance import provenance
 
+    # the executor first (Ray installed? --address only with ray?): before any check or charge
+    kind = ExecutorKind(getattr(args, "executor", "local"))
+    executor = ExecutorConfig(kind=kind, address=getattr(args, "address", None),
+                              num_cpus=float(torch_threads()),
+                              worker_env=native_thread_env() if kind is ExecutorKind.RAY else (),
+                              num_gpus=1.0 if str(args.device or "").startswith("cuda") else 0.0)
     results_path = Path(args.out) / "results.jsonl"
     evaluator_path = Path(args.out) / EVALUATOR_LINES
     if results_path.exists() and not (args.resume or args.force):
@@ -336,12 +342,7 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
                 fh.write(json.dumps(evaluator, allow_nan=False) + "\n")
         print(summary(record), flush=True)
 
-    kind = ExecutorKind(getattr(args, "executor", "local"))
     threads = capture_threads() if kind is ExecutorKind.RAY else ()
-    executor = ExecutorConfig(kind=kind, address=getattr(args, "address", None),
-                              num_cpus=float(torch_threads()),
-                              worker_env=native_thread_env() if kind is ExecutorKind.RAY else (),
-                              num_gpus=1.0 if str(args.device or "").startswith("cuda") else 0.0)
     if configs and executor.kind is ExecutorKind.LOCAL:
         for result in sweep(configs, device=args.device, checked=checked,
                             progress=not args.quiet):
