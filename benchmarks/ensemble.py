@@ -11,6 +11,11 @@ those teachers is compared with the batched run's accuracy of the same teachers.
 Usage (MNIST, CPU, 2 threads):
     python benchmarks/ensemble.py --data-dir ../shared/data/mnist --teachers 250 \
         --widths 8,16 --steps 300 --batch-size 32 --loop-teachers 25
+
+``--variants`` times only a training step of all teachers in each layout and precision
+(random images; for choosing the GPU's form), e.g. on a GPU:
+    python benchmarks/ensemble.py --variants --device cuda --teachers 250 --widths 64,128 \
+        --batch-size 128 --steps 20
 """
 
 from __future__ import annotations
@@ -65,6 +70,62 @@ def _loop(images: np.ndarray, labels: np.ndarray, shards: np.ndarray, teachers: 
     return time.perf_counter() - start, accuracy
 
 
+def _grouped_forward(model: TeacherEnsemble, x: torch.Tensor, layout: str) -> torch.Tensor:
+    """The ensemble's forward with the grouped convolutions in ``layout`` (nchw / nhwc)."""
+    n = model.num_teachers
+    if x.shape[1] == 1 and n > 1:
+        x = x.expand(-1, n, -1, -1)
+    x = x.contiguous(memory_format=torch.channels_last if layout == "nhwc"
+                     else torch.contiguous_format)
+    x = F.max_pool2d(F.relu(F.conv2d(x, model.conv1, model.bias1, padding=1, groups=n)), 2)
+    x = F.max_pool2d(F.relu(F.conv2d(x, model.conv2, model.bias2, padding=1, groups=n)), 2)
+    x = x.reshape(x.shape[0], n, model.features)
+    return torch.einsum("btf,tfk->btk", x, model.head) + model.head_bias
+
+
+def _variants(args: argparse.Namespace, device: torch.device) -> None:
+    """Milliseconds per training step of all teachers: layouts x precisions (for the GPU)."""
+    widths = tuple(int(w) for w in args.widths.split(","))
+    model = TeacherEnsemble(num_teachers=args.teachers, widths=widths, image_shape=(28, 28),
+                            num_classes=10, generator=torch.Generator().manual_seed(0)).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.rand(args.batch_size, args.teachers, 28, 28, device=device, generator=gen)
+    y = torch.randint(0, 10, (args.batch_size, args.teachers), device=device, generator=gen)
+    out = {"device": describe_device(device), "teachers": args.teachers, "widths": list(widths),
+           "batch_size": args.batch_size}
+    for layout in ("nhwc", "nchw"):
+        for precision in ("fp32", "bf16", "tf32"):
+            if precision != "fp32" and device.type != "cuda":
+                continue
+            torch.backends.cudnn.allow_tf32 = precision == "tf32"
+            torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+
+            def step(layout: str = layout, precision: str = precision) -> None:
+                with torch.autocast(device.type, dtype=torch.bfloat16,
+                                    enabled=precision == "bf16"):
+                    logits = _grouped_forward(model, x, layout)
+                    loss = F.cross_entropy(logits.reshape(-1, 10).float(), y.reshape(-1))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+
+            for _ in range(3):  # autotuning and allocation outside the timer
+                step()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                step()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            out[f"{layout}_{precision}_ms_per_step"] = round(
+                1000 * (time.perf_counter() - start) / args.steps, 2)
+    torch.backends.cudnn.allow_tf32 = True  # PyTorch's default for convolutions
+    torch.backends.cuda.matmul.allow_tf32 = False
+    print(json.dumps(out, indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", default="mnist")
@@ -78,9 +139,16 @@ def main() -> None:
                         help="teachers the loop trains (its time is scaled to --teachers)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--variants", action="store_true",
+                        help="only time one training step of all teachers per layout (NHWC, "
+                             "NCHW) and precision (fp32; on CUDA also TF32 and bf16 autocast), "
+                             "on random images: which form the GPU runs fastest")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
+    if args.variants:
+        _variants(args, device)
+        return
     data = load_dataset(args.dataset, data_dir=args.data_dir)
     widths = tuple(int(w) for w in args.widths.split(","))
     config = EnsembleConfig(num_teachers=args.teachers, widths=widths, steps=args.steps,
