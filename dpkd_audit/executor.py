@@ -22,8 +22,7 @@ from typing import Any
 from dpkd_audit import _validate
 
 __all__ = ["ExecutorConfig", "ExecutorKind", "TaskFailedError", "apply_threads",
-           "capture_threads", "map_unordered", "native_thread_env", "put", "ray_available",
-           "resolve", "submit"]
+           "capture_threads", "map_unordered", "put", "ray_available", "resolve", "submit"]
 
 
 class ExecutorKind(enum.StrEnum):
@@ -54,9 +53,8 @@ class ExecutorConfig:
         threads: Ray only: the OpenMP / BLAS threads of each task's worker (>= 1; ``None``:
             Ray's default, one per declared CPU). Floating-point results of multi-threaded
             kernels (k-means, distances, convolutions) can depend on the thread count, so a
-            sweep that must reproduce a local run gives its workers the local counts.
-        worker_env: Ray only: environment variables of each task's worker, e.g. the driver's
-            per-library thread counts (:func:`native_thread_env`); they override ``threads``.
+            sweep that must reproduce a local run replays the local counts per library
+            instead (:func:`capture_threads`, :func:`apply_threads`).
     """
 
     kind: ExecutorKind = ExecutorKind.LOCAL
@@ -66,7 +64,6 @@ class ExecutorConfig:
     num_gpus: float = 0.0
     local_cpus: int | None = None
     threads: int | None = None
-    worker_env: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         try:
@@ -119,13 +116,10 @@ def put(value: Any, config: ExecutorConfig) -> Any:
 def _remote(fn: Callable[..., Any], config: ExecutorConfig) -> Any:
     options: dict[str, Any] = {"num_cpus": config.num_cpus, "num_gpus": config.num_gpus,
                                "max_retries": config.max_retries}
-    env: dict[str, str] = {}
     if config.threads is not None:
-        env.update(dict.fromkeys(("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                  "NUMBA_NUM_THREADS"), str(config.threads)))
-    env.update(dict(config.worker_env))
-    if env:
-        options["runtime_env"] = {"env_vars": env}
+        options["runtime_env"] = {"env_vars": dict.fromkeys(
+            ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"),
+            str(config.threads))}
     return _ensure_ray(config).remote(**options)(fn)
 
 
@@ -169,29 +163,6 @@ def apply_threads(state: tuple[tuple[str, int], ...]) -> None:
         count = wanted.get(f"lib:{os.path.basename(lib.filepath)}")
         if count is not None:
             lib.set_num_threads(count)
-
-
-def native_thread_env() -> tuple[tuple[str, str], ...]:
-    """Environment variables that give a worker this process's thread count per library.
-
-    OpenMP, OpenBLAS and MKL as ``threadpoolctl`` reads them off the loaded libraries, and
-    numba's when it is loaded. A worker started with them runs multi-threaded kernels with the
-    same counts, hence the same floating-point rounding, as this process.
-    """
-    import sys
-
-    from threadpoolctl import threadpool_info
-
-    names = {"openmp": "OMP_NUM_THREADS", "openblas": "OPENBLAS_NUM_THREADS",
-             "mkl": "MKL_NUM_THREADS", "blis": "BLIS_NUM_THREADS"}
-    env: dict[str, str] = {}
-    for lib in threadpool_info():
-        name = names.get(str(lib.get("internal_api")))
-        if name is not None and name not in env:
-            env[name] = str(lib["num_threads"])
-    if "numba" in sys.modules:
-        env["NUMBA_NUM_THREADS"] = str(sys.modules["numba"].get_num_threads())
-    return tuple(sorted(env.items()))
 
 
 def submit(fn: Callable[..., Any], *args: Any, config: ExecutorConfig) -> Any:

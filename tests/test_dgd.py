@@ -519,3 +519,17 @@ def test_cli_sweep_over_queries_resumes(tmp_path, capsys):
     assert "What epsilon means here" in (out / "README.md").read_text()
     assert main([*argv, "--resume"]) == 0  # nothing left to run
     assert len((out / "results.jsonl").read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("mode", ["published", "sound"])
+def test_sweep_plan_is_exactly_what_a_run_charges(mode):
+    """dpkd sweep --ledger charges the plan up front: it must equal the run's own charges."""
+    from event_helpers import flat_events
+
+    from dpkd_audit.pipelines.dgd.sweep import check_configs, planned_run_events
+
+    config = tiny(mode="sound", epsilon=8.0, queries=None) if mode == "sound" else tiny()
+    planned = planned_run_events(config, check_configs([config]))
+    ledger = ledger_for(config)
+    run(config, ledger=ledger, rng=label_rng(config), progress=False)
+    assert flat_events(planned) == flat_events(c.event for c in ledger.charges())

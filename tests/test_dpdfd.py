@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from dp_accounting import dp_event as _dp
+from event_helpers import flat_events
 
 from dpkd_audit.accountants.dp_sgd import DpSgdAccountant, dp_sgd_epsilon
 from dpkd_audit.cli.main import main
@@ -333,3 +334,13 @@ def test_dpkd_ledger_shows_an_unbounded_ledger_in_strict_json(tmp_path: Path, ca
     shown = json.loads(capsys.readouterr().out)  # strict JSON: no Infinity
     assert shown["budget_epsilon"] is None and shown["unbounded"] is True
     assert shown["spent_epsilon"] is None
+
+
+@pytest.mark.parametrize("fixture", ["published", "sound"])
+def test_sweep_plan_is_exactly_what_a_run_charges(fixture, request) -> None:
+    """dpkd sweep --ledger charges the plan up front: it must equal the run's own charges."""
+    from dpkd_audit.pipelines.dpdfd.sweep import check_configs, planned_run_events
+
+    config, ledger, _ = request.getfixturevalue(fixture)
+    planned = planned_run_events(config, check_configs([config]))
+    assert flat_events(planned) == flat_events(c.event for c in ledger.charges())

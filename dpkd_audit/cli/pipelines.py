@@ -25,7 +25,6 @@ from dpkd_audit.executor import (
     apply_threads,
     capture_threads,
     map_unordered,
-    native_thread_env,
     put,
     resolve,
     submit,
@@ -306,7 +305,6 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
     kind = ExecutorKind(getattr(args, "executor", "local"))
     executor = ExecutorConfig(kind=kind, address=getattr(args, "address", None),
                               num_cpus=float(torch_threads()),
-                              worker_env=native_thread_env() if kind is ExecutorKind.RAY else (),
                               num_gpus=1.0 if str(args.device or "").startswith("cuda") else 0.0)
     results_path = Path(args.out) / "results.jsonl"
     evaluator_path = Path(args.out) / EVALUATOR_LINES

@@ -63,33 +63,37 @@ def reserve_sweep_budget(args: argparse.Namespace, configs: Sequence[Any],
         events = plan(config, checked)
         planned.extend((f"sweep {out}: run {point_key(config)}, charge {i}/{len(events)}", e)
                        for i, e in enumerate(events, start=1))
+    label = f"sweep {out}"
     if path.exists():
         ledger = Ledger.open(path)
-        if args.ledger_epsilon is not None and not math.isclose(
-                ledger.epsilon, args.ledger_epsilon, rel_tol=1e-12):
-            raise ValueError(f"--ledger-epsilon {args.ledger_epsilon:g} differs from the budget "
-                             f"of {path} ({ledger.epsilon:g}): a ledger's budget never changes; "
-                             "drop --ledger-epsilon or use another file")
-        if args.resume:
-            done = {c.label for c in ledger.charges()}
-            planned = [(label, e) for label, e in planned if label not in done]
+        try:
+            if args.ledger_epsilon is not None and not math.isclose(
+                    ledger.epsilon, args.ledger_epsilon, rel_tol=1e-12):
+                raise ValueError(f"--ledger-epsilon {args.ledger_epsilon:g} differs from the "
+                                 f"budget of {path} ({ledger.epsilon:g}): a ledger's budget "
+                                 "never changes; drop --ledger-epsilon or use another file")
+            if args.resume:
+                done = {c.label for c in ledger.charges()}
+                planned = [(name, e) for name, e in planned if name not in done]
+            if planned:
+                ledger.check([e for _, e in planned], label=label)
+        except BaseException:
+            ledger.close()
+            raise
     else:
         if args.ledger_epsilon is None:
             raise ValueError(f"--ledger {path} does not exist: give --ledger-epsilon E, the "
                              "budget of the whole sweep, to create it")
-        template = ledger_for(configs[0])
+        accountant = ledger_for(configs[0]).accountant
         delta = float(getattr(configs[0], "delta", 0.0) or 0.0)
         if planned:  # checked in memory first: a refused plan leaves no file behind
-            Ledger(epsilon=args.ledger_epsilon, delta=delta,
-                   accountant=template.accountant).check([e for _, e in planned],
-                                                         label=f"sweep {out}")
-        ledger = Ledger(epsilon=args.ledger_epsilon, delta=delta,
-                        accountant=template.accountant, path=path)
+            Ledger(epsilon=args.ledger_epsilon, delta=delta, accountant=accountant).check(
+                [e for _, e in planned], label=label)
+        ledger = Ledger(epsilon=args.ledger_epsilon, delta=delta, accountant=accountant,
+                        path=path)
     try:
-        if planned:
-            ledger.check([e for _, e in planned], label=f"sweep {out}")
-            for label, event in planned:
-                ledger.charge(event, label=label)
+        for name, event in planned:
+            ledger.charge(event, label=name)
     finally:
         ledger.close()
     return len(planned)

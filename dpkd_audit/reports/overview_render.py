@@ -249,21 +249,25 @@ def render_html(blocks: Sequence[Block], *, title: str) -> str:
     return "\n".join(parts) + "\n"
 
 
-class _AnyName(dict):
-    """Figure names for a dry run of :func:`report_blocks`."""
-
-    def __missing__(self, key: str) -> str:
-        return key
-
-
 # --------------------------------------------------------------------------------------------
 # Building
 # --------------------------------------------------------------------------------------------
 
+#: File names of the figures (beside the page); accuracy figures: ``accuracy-DATASET.png``.
+_MECHANISMS_PNG, _PIPELINES_PNG = "audit-mechanisms.png", "audit-pipelines.png"
+
+
+def _accuracy_png(dataset: str) -> str:
+    return f"accuracy-{dataset}.png"
+
+
 def report_blocks(records: Sequence[SourcedRecord], *, title: str, intro: str,
-                  figures: dict[str, str]) -> list[Block]:
-    """The page's blocks; ``figures`` maps a figure's role to its file name."""
-    series = series_of(records)
+                  series: Sequence[Series] | None = None) -> list[Block]:
+    """The page's blocks, figures by their file names.
+
+    ``series`` is :func:`series_of` of ``records`` where already computed.
+    """
+    series = series_of(records) if series is None else series
     results = of_kind(records, RecordKind.RESULT)
     datasets = sorted({s.dataset for s in series},
                       key=lambda d: (_DATASET_ORDER.index(d) if d in _DATASET_ORDER else 99, d))
@@ -278,7 +282,7 @@ def report_blocks(records: Sequence[SourcedRecord], *, title: str, intro: str,
     if results:
         blocks.append(Block("h2", "Accuracy versus epsilon"))
         for dataset in datasets:
-            blocks.append(Block("img", figures[f"accuracy-{dataset}"]))
+            blocks.append(Block("img", _accuracy_png(dataset)))
             blocks.append(Block("table", table=accuracy_table(series, dataset)))
         blocks.append(Block("h2", "Budgets: each run's plan under every accountant"))
         blocks.extend(Block("table", table=t) for t in budget_tables(records))
@@ -286,9 +290,8 @@ def report_blocks(records: Sequence[SourcedRecord], *, title: str, intro: str,
     if audits:
         blocks.append(Block("h2", "Audits: claimed epsilon versus empirical lower bound"))
         for table in audits:
-            role = ("audit-mechanisms" if table.caption.startswith("Audits of the mechanisms")
-                    else "audit-pipelines")
-            blocks.append(Block("img", figures[role]))
+            blocks.append(Block("img", _MECHANISMS_PNG if table.caption.startswith(
+                "Audits of the mechanisms") else _PIPELINES_PNG))
             blocks.append(Block("table", table=table))
     blocks.append(Block("h2", "Provenance"))
     blocks.append(Block("table", table=provenance_table(records)))
@@ -311,32 +314,25 @@ def build_report(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
     out_dir = Path(out)
     records = collect(paths, base=base, skip=out_dir)
     series = series_of(records)
-    blocks_check = report_blocks(records, title=title, intro=intro, figures=_AnyName())
-    del blocks_check  # every table computed (budgets included) before anything is written
+    # every table (budgets included) is computed before anything is written
+    blocks = report_blocks(records, title=title, intro=intro, series=series)
     if prepare is not None:
         prepare()
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in [*out_dir.glob("accuracy-*.png"), *out_dir.glob("audit-*.png")]:
         stale.unlink()  # figures of an earlier build that this one may not redraw
-    figures: dict[str, str] = {}
-    written: list[Path] = []
-    for dataset in sorted({s.dataset for s in series}):
-        name = f"accuracy-{dataset}.png"
-        written.append(_save(accuracy_panels(series, dataset), out_dir / name))
-        figures[f"accuracy-{dataset}"] = name
+    written = [_save(accuracy_panels(series, dataset), out_dir / _accuracy_png(dataset))
+               for dataset in sorted({s.dataset for s in series})]
     mechanisms = of_kind(records, RecordKind.MECHANISM_AUDIT)
     if mechanisms:
         fig = audit_figure([dict(r.record) for r in mechanisms],
                            title="Mechanisms: claimed epsilon vs audited lower bound")
-        written.append(_save(fig, out_dir / "audit-mechanisms.png"))
-        figures["audit-mechanisms"] = "audit-mechanisms.png"
+        written.append(_save(fig, out_dir / _MECHANISMS_PNG))
     pipelines = of_kind(records, RecordKind.PIPELINE_AUDIT)
     if pipelines:
         fig = audit_figure(_pipeline_audit_points(pipelines),
                            title="Whole pipelines: claimed epsilon vs audited lower bound")
-        written.append(_save(fig, out_dir / "audit-pipelines.png"))
-        figures["audit-pipelines"] = "audit-pipelines.png"
-    blocks = report_blocks(records, title=title, intro=intro, figures=figures)
+        written.append(_save(fig, out_dir / _PIPELINES_PNG))
     html_path = out_dir / "index.html"
     html_path.write_text(render_html(blocks, title=title), encoding="utf-8")
     md_path = out_dir / "report.md"

@@ -10,14 +10,15 @@ starts (``dpkd sweep ... --ledger FILE``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from dp_accounting import dp_event as _dp
 
 from dpkd_audit.accountants.base import Accountant, Epsilon
 from dpkd_audit.ledger import Ledger
 
-__all__ = ["PlanRecorder"]
+__all__ = ["PlanRecorder", "planned_by_check"]
 
 
 class PlanRecorder(Ledger):
@@ -38,3 +39,15 @@ class PlanRecorder(Ledger):
         result = super().check(events, label=label)
         self.planned.extend(events)
         return result
+
+
+def planned_by_check(check_run: Callable[..., Any], config: Any, ledger: Ledger,
+                     dataset: Any) -> list[_dp.DpEvent]:
+    """The events ``check_run(config, ...)`` plans for a run on ``dataset``.
+
+    ``ledger`` is the run's own fresh ledger (its accountant and neighbouring relation are
+    used, nothing is charged to it); ``dataset`` gives ``n_train`` and ``num_classes``.
+    """
+    recorder = PlanRecorder(ledger.accountant)
+    check_run(config, recorder, num_private=dataset.n_train, num_classes=dataset.num_classes)
+    return recorder.planned

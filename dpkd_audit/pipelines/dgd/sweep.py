@@ -21,7 +21,7 @@ import torch
 
 from dpkd_audit import _validate
 from dpkd_audit.pipelines.common.loading import LoadedData
-from dpkd_audit.pipelines.common.planning import PlanRecorder
+from dpkd_audit.pipelines.common.planning import planned_by_check
 from dpkd_audit.pipelines.dgd.config import DgdConfig, DgdMode
 from dpkd_audit.pipelines.dgd.pipeline import (
     PREPARED_STAGES,
@@ -172,10 +172,7 @@ def planned_run_events(config: DgdConfig, checked: Mapping[Any, LoadedData]) -> 
     ``checked`` is :func:`check_configs`'s result. Used to plan a whole sweep against one
     shared ledger before any run starts.
     """
-    dataset = checked[config.dataset].dataset
-    recorder = PlanRecorder(ledger_for(config).accountant)
-    check_run(config, recorder, num_private=dataset.n_train, num_classes=dataset.num_classes)
-    return recorder.planned
+    return planned_by_check(check_run, config, ledger_for(config), checked[config.dataset].dataset)
 
 
 def stages_of(configs: Sequence[DgdConfig], *, checked: Mapping[Any, LoadedData],

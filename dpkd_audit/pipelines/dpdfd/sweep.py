@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from dpkd_audit import _validate
-from dpkd_audit.pipelines.common.planning import PlanRecorder
+from dpkd_audit.pipelines.common.planning import planned_by_check
 from dpkd_audit.pipelines.dpdfd.config import DpdfdConfig, DpdfdMode
 from dpkd_audit.pipelines.dpdfd.pipeline import (
     PREPARED_STAGES,
@@ -142,10 +142,8 @@ def planned_run_events(config: DpdfdConfig, checked: Mapping[Any, LoadedData]) -
     ``checked`` is :func:`check_configs`'s result. Used to plan a whole sweep against one
     shared ledger before any run starts.
     """
-    dataset = checked[_data_key(config)].dataset
-    recorder = PlanRecorder(ledger_for(config).accountant)
-    check_run(config, recorder, num_private=dataset.n_train, num_classes=dataset.num_classes)
-    return recorder.planned
+    return planned_by_check(check_run, config, ledger_for(config),
+                            checked[_data_key(config)].dataset)
 
 
 def stages_of(configs: Sequence[DpdfdConfig], *, checked: Mapping[Any, LoadedData],
