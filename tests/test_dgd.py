@@ -289,8 +289,17 @@ def test_published_run_charges_every_query_before_its_label(digits, monkeypatch)
     assert "dp_feature_statistics" not in record["generator"]["loss_terms"]
 
 
+def test_latent_code_perturbation_needs_the_student_on_reconstructions():
+    """The released noisy codes protect the synthetic images only if the student reads
+    nothing but their reconstructions."""
+    with pytest.raises(ValueError, match="unlabelled_input='reconstruction'"):
+        tiny(latent_epsilon=0.5)
+
+
 def test_latent_code_perturbation_is_charged_per_synthetic_image_not_per_record(digits):
-    config = tiny(latent_epsilon=0.5)
+    config = tiny(latent_epsilon=0.5, student=TnarConfig(
+        width=4, steps=6, batch_size=16, unlabelled_batch_size=8,
+        unlabelled_input="reconstruction"))
     ledger = ledger_for(config)
     result = run(config, ledger=ledger, rng=label_rng(config), progress=False)
     record = result.to_record()

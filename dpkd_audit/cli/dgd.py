@@ -56,12 +56,21 @@ def _config(args: argparse.Namespace, *, mode: str, queries: int | None,
     if args.distillation_weight is not None and "sound" not in getattr(args, "modes", [mode]):
         raise ValueError("--distillation-weight applies to sound runs only (published runs use "
                          "the paper's student)")
-    for name in ("noise_scale", "query_share", "synthetic", "selection", "distillation_weight",
-                 "latent_epsilon"):
+    for name in ("noise_scale", "query_share", "synthetic", "selection", "distillation_weight"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     config = DgdConfig.preset_config(args.preset, **overrides)
     replace = dataclasses.replace
+    # The latent-code perturbation protects the unlabelled synthetic images only if the student
+    # sees nothing but reconstructions from the released codes: --latent-epsilon implies
+    # --unlabelled-input reconstruction unless it is given (and then checked by the config).
+    unlabelled_input = args.unlabelled_input or (
+        "reconstruction" if args.latent_epsilon is not None else None)
+    if unlabelled_input is not None:
+        config = replace(config, student=replace(config.student,
+                                                 unlabelled_input=unlabelled_input))
+    if args.latent_epsilon is not None:
+        config = replace(config, latent_epsilon=args.latent_epsilon)
     if args.teachers is not None:
         config = replace(config, ensemble=replace(config.ensemble, num_teachers=args.teachers))
     if args.ensemble_steps is not None:
@@ -179,6 +188,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the paper's optional latent-code perturbation eps1 (0.01 in its "
                         "experiments; off by default): protects one synthetic image, not a "
                         "record, and is added to the published epsilon only")
+    p.add_argument("--unlabelled-input", choices=["synthetic", "reconstruction"],
+                   help="where the published student's TNAR and entropy terms act: synthetic "
+                        "(the unlabelled synthetic images, as TNAR does; default) or "
+                        "reconstruction (their VAE reconstructions, DGD's Eq. 4 read literally; "
+                        "implied by --latent-epsilon)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--quiet", action="store_true", help="no progress bars or stage messages")

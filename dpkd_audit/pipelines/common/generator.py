@@ -1,22 +1,42 @@
 """Data-free generator fitted to a frozen teacher (DAFL; DP-DFD's loss; DGD's loss).
 
 The generator is DAFL's (Chen et al. ICCV 2019, "Data-free learning of student networks",
-Sec. 3 and its code's generator): a latent vector z ~ N(0, I) goes through a linear layer to
-``width`` maps of a quarter of the image side, BatchNorm, then twice (nearest upsampling x2,
-3x3 conv, BatchNorm, LeakyReLU 0.2) with ``width`` and ``width // 2`` channels, a 3x3 conv to one
-channel and a squashing to [0, 1] (the input range of every model of the package). The image
-side must be a multiple of 4 (8x8 digits, 28x28 MNIST). Its BatchNorm layers always normalise
-with the statistics of the batch being generated (no running statistics), in training as in
-sampling, so samples look like the batches the teacher judged during training; sample in
-batches of at least 2.
+Sec. 3 and its code's MNIST generator): a latent vector z ~ N(0, I) goes through a linear layer
+to ``width`` maps of a quarter of the image side, BatchNorm, then twice (nearest upsampling x2,
+3x3 conv, BatchNorm with ``bn_eps``, LeakyReLU 0.2) with ``width`` and ``width // 2`` channels
+and a 3x3 conv to one channel; then the output (:class:`GeneratorOutput`):
+
+- ``STANDARDISED`` (DAFL): tanh, then BatchNorm without affine parameters over the batch, so
+  each batch is standardised as the teacher's inputs were in DAFL (MNIST normalised by its
+  pixel mean and standard deviation); since every model of this package reads raw pixels in
+  [0, 1], the standardised batch is mapped back by the pixel mean and standard deviation the
+  pipeline passes (``pixel_scale``): x = mean + std * BN(tanh(.)). Samples are clipped to
+  [0, 1] (:meth:`DaflGenerator.sample`), the range of real images; training sees them
+  unclipped, as in DAFL;
+- ``SQUASHED``: 0.5 (tanh + 1), in [0, 1] with no normalisation (the package's earlier
+  generator; no pixel statistics needed).
+
+The image side must be a multiple of 4 (8x8 digits, 28x28 MNIST). Its BatchNorm layers always
+normalise with the statistics of the batch being generated (no running statistics), in training
+as in sampling (DAFL keeps its generator in training mode), so samples look like the batches
+the teacher judged during training; sample in batches of at least 2.
+
+DAFL's recipe (its MNIST script): width 128, ``bn_eps`` 0.8, Adam at a constant learning rate
+0.2 with PyTorch's default betas (0.9, 0.999), batch 512, 200 x 120 steps, the information
+entropy in base 10 (``entropy_base``). DAFL also trains its compressed student jointly, by
+knowledge distillation on each generated batch; that loss reads the images detached, so the
+generator's training does not depend on it, and DGD and DP-DFD train students of their own:
+neither pipeline runs it.
 
 Its loss is a weighted sum of named terms, each a function of the teacher's outputs on the
 generated batch (all minimised):
 
 - :func:`argmax_cross_entropy`: cross-entropy of the teacher's output to its own argmax
   (DAFL Eq. 3 "one-hot loss"; DP-DFD Eq. 2, first term);
-- :func:`information_entropy_loss`: sum_c p_c log p_c of the batch-mean softmax p, the negative
-  entropy, minimal (-log k) when the batch is class-balanced (DAFL Eq. 5; DP-DFD Eq. 2, alpha);
+- :func:`information_entropy_loss`: sum_c p_c log_b p_c of the batch-mean softmax p, the
+  negative entropy, minimal (-log_b k) when the batch is class-balanced (DAFL Eq. 5; DP-DFD
+  Eq. 2, alpha; DAFL's code takes b = 10, which makes the term ln 10 = 2.3 times weaker than
+  in base e);
 - :func:`bn_statistics_distance`: for every BatchNorm layer of the teacher, the L2 distances
   between the batch mean / variance of its input and its running mean / variance, summed over
   layers (DP-DFD Eq. 2, beta; DeepInversion, Yin et al. CVPR 2020, Eq. 4). Those running
@@ -33,16 +53,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import math
 import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812  (conventional alias)
 from torch import nn
 
 from dpkd_audit import _validate
+from dpkd_audit.pipelines.common.config import parse_enum
 from dpkd_audit.pipelines.common.devices import resolve_device
 from dpkd_audit.pipelines.common.progress import TailMeans, progress_counter
 from dpkd_audit.pipelines.common.teacher import penultimate_features
@@ -51,16 +74,39 @@ __all__ = [
     "BnStatistics",
     "DaflGenerator",
     "GeneratorConfig",
+    "GeneratorOutput",
     "GeneratorResult",
+    "GeneratorSchedule",
     "GeneratorTrainer",
     "StatisticsTerm",
     "activation_loss",
     "argmax_cross_entropy",
     "bn_statistics_distance",
+    "check_sound_generator",
     "fit_generator",
     "generator_loss",
+    "generator_pixel_scale",
     "information_entropy_loss",
+    "pixel_scale_of",
 ]
+
+
+class GeneratorOutput(enum.StrEnum):
+    """The generator's last operation (module docstring)."""
+
+    #: DAFL: tanh, BatchNorm(affine=False), mapped by the pixel mean and standard deviation.
+    STANDARDISED = "standardised"
+    #: 0.5 (tanh + 1): [0, 1] without normalisation.
+    SQUASHED = "squashed"
+
+
+class GeneratorSchedule(enum.StrEnum):
+    """The generator's learning-rate schedule."""
+
+    #: Constant (DAFL on MNIST).
+    CONSTANT = "constant"
+    #: Cosine decay to 0 over the steps of a call.
+    COSINE = "cosine"
 
 
 def argmax_cross_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -68,10 +114,37 @@ def argmax_cross_entropy(logits: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits, logits.detach().argmax(dim=1))
 
 
-def information_entropy_loss(logits: torch.Tensor) -> torch.Tensor:
-    """sum_c p_c log p_c of the batch-mean softmax p (in [-log k, 0]; minimal when balanced)."""
+def information_entropy_loss(logits: torch.Tensor, base: float = math.e) -> torch.Tensor:
+    """sum_c p_c log_base p_c of the batch-mean softmax p (minimal, -log_base k, if balanced).
+
+    Args:
+        logits: ``(n, k)`` teacher outputs.
+        base: Base of the logarithm (> 1).
+    """
     mean = torch.softmax(logits, dim=1).mean(dim=0)
-    return (mean * torch.log(mean.clamp_min(1e-12))).sum()
+    return (mean * torch.log(mean.clamp_min(1e-12))).sum() / math.log(base)
+
+
+def pixel_scale_of(images: np.ndarray) -> tuple[float, float]:
+    """Mean and standard deviation of the pixels (scaled to [0, 1]) of uint8 images.
+
+    What a :attr:`GeneratorOutput.STANDARDISED` generator maps its standardised batches back
+    by: DAFL's input normalisation constants (0.1307 and 0.3081 for MNIST's training set).
+
+    Raises:
+        ValueError: If ``images`` is not a non-empty uint8 array, or is constant.
+    """
+    arr = np.asarray(images)
+    if arr.dtype != np.uint8 or arr.size == 0:
+        raise ValueError(f"images must be a non-empty uint8 array; got dtype {arr.dtype} and "
+                         f"shape {arr.shape}")
+    total = arr.size
+    mean = float(arr.sum(dtype=np.float64)) / total
+    square = float(np.square(arr, dtype=np.float64).sum()) / total
+    std = math.sqrt(max(square - mean * mean, 0.0))
+    if std <= 0:
+        raise ValueError("images are constant: their pixel standard deviation is 0")
+    return mean / 255.0, std / 255.0
 
 
 def activation_loss(features: torch.Tensor) -> torch.Tensor:
@@ -160,35 +233,63 @@ class BnStatistics:
 
 
 class DaflGenerator(nn.Module):
-    """DAFL's generator (see the module docstring); ``forward(z)`` -> images in [0, 1]."""
+    """DAFL's generator (see the module docstring); ``forward(z)`` -> images.
 
-    def __init__(self, *, latent_dim: int, width: int, image_shape: tuple[int, int]) -> None:
+    Args:
+        latent_dim: Size of z.
+        width: Channels after the linear layer.
+        image_shape: ``(h, w)``, multiples of 4.
+        output: :class:`GeneratorOutput`.
+        bn_eps: ``eps`` of the BatchNorm layers after the two upsampling convolutions (DAFL:
+            0.8; the first BatchNorm keeps PyTorch's 1e-5, as in DAFL).
+        pixel_scale: ``(mean, std)`` of real pixels in [0, 1] (``STANDARDISED`` only).
+    """
+
+    def __init__(self, *, latent_dim: int, width: int, image_shape: tuple[int, int],
+                 output: GeneratorOutput = GeneratorOutput.SQUASHED, bn_eps: float = 1e-5,
+                 pixel_scale: tuple[float, float] | None = None) -> None:
         super().__init__()
         h, w = image_shape
         self.latent_dim = latent_dim
         self.image_shape = (h, w)
         self.init_shape = (h // 4, w // 4)
         self.width = width
+        self.output = GeneratorOutput(output)
+        if (self.output is GeneratorOutput.STANDARDISED) != (pixel_scale is not None):
+            raise ValueError("pixel_scale (mean, std) is needed by, and only by, the "
+                             f"'standardised' output; got output={self.output.value!r}, "
+                             f"pixel_scale={pixel_scale!r}")
+        self.pixel_scale = None if pixel_scale is None else (float(pixel_scale[0]),
+                                                             float(pixel_scale[1]))
         half = max(1, width // 2)
         self.linear = nn.Linear(latent_dim, width * self.init_shape[0] * self.init_shape[1])
         self.bn0 = nn.BatchNorm2d(width, track_running_stats=False)
         self.block1 = nn.Sequential(nn.Upsample(scale_factor=2),
                                     nn.Conv2d(width, width, 3, padding=1),
-                                    nn.BatchNorm2d(width, track_running_stats=False),
+                                    nn.BatchNorm2d(width, eps=bn_eps,
+                                                   track_running_stats=False),
                                     nn.LeakyReLU(0.2))
         self.block2 = nn.Sequential(nn.Upsample(scale_factor=2),
                                     nn.Conv2d(width, half, 3, padding=1),
-                                    nn.BatchNorm2d(half, track_running_stats=False),
+                                    nn.BatchNorm2d(half, eps=bn_eps, track_running_stats=False),
                                     nn.LeakyReLU(0.2),
                                     nn.Conv2d(half, 1, 3, padding=1))
+        self.standardise = nn.BatchNorm2d(1, affine=False, track_running_stats=False) \
+            if self.output is GeneratorOutput.STANDARDISED else None
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         x = self.linear(z).view(z.shape[0], self.width, *self.init_shape)
-        x = self.block2(self.block1(self.bn0(x)))
-        return 0.5 * (torch.tanh(x) + 1.0)
+        x = torch.tanh(self.block2(self.block1(self.bn0(x))))
+        if self.standardise is None:
+            return 0.5 * (x + 1.0)
+        mean, std = self.pixel_scale
+        return mean + std * self.standardise(x)
 
     def sample(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """``n`` images (no gradient) from latents drawn with the CPU ``generator``."""
+        """``n`` images in [0, 1] (no gradient) from latents drawn with the CPU ``generator``.
+
+        A ``STANDARDISED`` generator's images are clipped to [0, 1], the range of real images.
+        """
         n = _validate.check_int("n", n, minimum=2)
         device = self.linear.weight.device
         was_training = self.training
@@ -196,7 +297,7 @@ class DaflGenerator(nn.Module):
         try:
             with torch.no_grad():
                 z = torch.randn(n, self.latent_dim, generator=generator).to(device)
-                return self(z)
+                return self(z).clamp_(0.0, 1.0)
         finally:
             self.train(was_training)
 
@@ -210,7 +311,14 @@ class GeneratorConfig:
         width: Channels after the linear layer (>= 2); DAFL uses 128.
         steps: Adam steps (>= 1).
         batch_size: Latents per step (>= 2).
-        learning_rate: Adam learning rate (> 0), cosine-decayed to 0.
+        learning_rate: Adam's learning rate (> 0).
+        schedule: :class:`GeneratorSchedule` of the learning rate (DAFL on MNIST: constant).
+        betas: Adam's betas, each in [0, 1) (DAFL: PyTorch's default (0.9, 0.999)).
+        output: :class:`GeneratorOutput` (DAFL: ``STANDARDISED``).
+        bn_eps: ``eps`` of the BatchNorm layers after the upsampling convolutions (> 0; DAFL:
+            0.8).
+        entropy_base: Base of the logarithm of :func:`information_entropy_loss` (> 1; DAFL's
+            code: 10).
         cross_entropy_weight: Weight of :func:`argmax_cross_entropy` (>= 0).
         alpha: Weight of :func:`information_entropy_loss` (>= 0); 5 in DP-DFD and DAFL.
         beta: Weight of :func:`bn_statistics_distance` (>= 0); 10 in DP-DFD, 0 in DGD.
@@ -223,6 +331,11 @@ class GeneratorConfig:
     steps: int = 2000
     batch_size: int = 256
     learning_rate: float = 0.01
+    schedule: GeneratorSchedule = GeneratorSchedule.COSINE
+    betas: tuple[float, float] = (0.5, 0.999)
+    output: GeneratorOutput = GeneratorOutput.SQUASHED
+    bn_eps: float = 1e-5
+    entropy_base: float = math.e
     cross_entropy_weight: float = 1.0
     alpha: float = 5.0
     beta: float = 10.0
@@ -234,8 +347,27 @@ class GeneratorConfig:
         _validate.check_int("steps", self.steps, minimum=1)
         _validate.check_int("batch_size", self.batch_size, minimum=2)
         _validate.check_positive("learning_rate", self.learning_rate)
+        object.__setattr__(self, "schedule",
+                           parse_enum(GeneratorSchedule, "schedule", self.schedule))
+        object.__setattr__(self, "output", parse_enum(GeneratorOutput, "output", self.output))
+        betas = self.betas
+        if (not isinstance(betas, tuple | list) or len(betas) != 2
+                or any(isinstance(b, bool) or not isinstance(b, int | float)
+                       or not math.isfinite(b) or not 0 <= b < 1 for b in betas)):
+            raise ValueError(f"betas must be two numbers in [0, 1) (Adam's); got {betas!r}")
+        object.__setattr__(self, "betas", (float(betas[0]), float(betas[1])))
+        _validate.check_positive("bn_eps", self.bn_eps)
+        base = self.entropy_base
+        if isinstance(base, bool) or not isinstance(base, int | float) \
+                or not math.isfinite(base) or base <= 1:
+            raise ValueError(f"entropy_base must be a finite number > 1; got {base!r}")
         for name in ("cross_entropy_weight", "alpha", "beta", "activation_weight"):
             _validate.check_nonnegative(name, getattr(self, name))
+
+    @property
+    def needs_pixel_scale(self) -> bool:
+        """Whether the generator needs the real pixels' mean and standard deviation."""
+        return self.output is GeneratorOutput.STANDARDISED
 
     @property
     def uses_bn_statistics(self) -> bool:
@@ -290,7 +422,7 @@ def generator_loss(teacher: nn.Module, images: torch.Tensor, config: GeneratorCo
     else:
         logits, features = penultimate_features(teacher, images)
     terms = {"cross_entropy": argmax_cross_entropy(logits),
-             "information_entropy": information_entropy_loss(logits)}
+             "information_entropy": information_entropy_loss(logits, config.entropy_base)}
     total = config.cross_entropy_weight * terms["cross_entropy"] \
         + config.alpha * terms["information_entropy"]
     if config.activation_weight > 0:
@@ -319,15 +451,20 @@ class GeneratorTrainer:
         statistics: The statistics term's reference (:class:`StatisticsTerm`, weight
             ``config.beta``); default: the teacher's BatchNorm running statistics
             (:class:`BnStatistics`, DP-DFD's term).
+        pixel_scale: ``(mean, std)`` of real pixels in [0, 1], given exactly when
+            ``config.output`` is ``STANDARDISED`` (:func:`pixel_scale_of`); mean in (0, 1),
+            std in (0, 1].
 
     Raises:
-        ValueError: For a bad shape, config or seed, ``beta > 0`` with a teacher without
-            BatchNorm layers and no ``statistics``, or ``statistics`` with ``beta = 0``.
+        ValueError: For a bad shape, config, seed or pixel scale, ``beta > 0`` with a teacher
+            without BatchNorm layers and no ``statistics``, or ``statistics`` with
+            ``beta = 0``.
     """
 
     def __init__(self, teacher: nn.Module, *, image_shape: tuple[int, int], num_classes: int,
                  config: GeneratorConfig, seed: int, device: torch.device | str,
-                 statistics: StatisticsTerm | None = None) -> None:
+                 statistics: StatisticsTerm | None = None,
+                 pixel_scale: tuple[float, float] | None = None) -> None:
         if not isinstance(config, GeneratorConfig):
             raise ValueError(f"config must be a GeneratorConfig; got {type(config).__name__}")
         if (not isinstance(image_shape, tuple | list) or len(image_shape) != 2
@@ -336,6 +473,17 @@ class GeneratorTrainer:
                              f">= 4; got {image_shape!r}")
         self.num_classes = _validate.check_int("num_classes", num_classes, minimum=2)
         _validate.check_int("seed", seed, minimum=0)
+        if config.needs_pixel_scale:
+            if (not isinstance(pixel_scale, tuple | list) or len(pixel_scale) != 2
+                    or any(isinstance(v, bool) or not isinstance(v, int | float)
+                           or not math.isfinite(v) for v in pixel_scale)
+                    or not 0 < pixel_scale[0] < 1 or not 0 < pixel_scale[1] <= 1):
+                raise ValueError("config.output='standardised' needs pixel_scale = (mean, std) "
+                                 "of real pixels in [0, 1], mean in (0, 1) and std in (0, 1]; "
+                                 f"got {pixel_scale!r}")
+        elif pixel_scale is not None:
+            raise ValueError(f"pixel_scale applies to config.output='standardised' only; got "
+                             f"output={config.output.value!r}, pixel_scale={pixel_scale!r}")
         self.device = resolve_device(device)
         self.config = config
         self.teacher = teacher
@@ -349,7 +497,8 @@ class GeneratorTrainer:
         self.rng = torch.Generator().manual_seed(seed)
         with torch.device("meta"):
             generator = DaflGenerator(latent_dim=config.latent_dim, width=config.width,
-                                      image_shape=tuple(image_shape))
+                                      image_shape=tuple(image_shape), output=config.output,
+                                      bn_eps=config.bn_eps, pixel_scale=pixel_scale)
         generator = generator.to_empty(device="cpu")
         _init_generator(generator, self.rng)
         self.generator = generator.to(self.device)
@@ -361,8 +510,8 @@ class GeneratorTrainer:
               desc: str = "generator") -> None:
         """Take ``steps`` Adam steps; :attr:`loss_terms` becomes their last 10%'s means.
 
-        The learning rate decays from ``learning_rate`` (default ``config.learning_rate``) to 0
-        along a cosine.
+        The learning rate starts at ``learning_rate`` (default ``config.learning_rate``) and
+        follows ``config.schedule`` over these steps (constant, or a cosine to 0).
 
         Raises:
             FloatingPointError: If the loss becomes non-finite.
@@ -371,9 +520,12 @@ class GeneratorTrainer:
         steps = _validate.check_int("steps", steps, minimum=1)
         lr = self.config.learning_rate if learning_rate is None else \
             _validate.check_positive("learning_rate", learning_rate)
-        optimizer = torch.optim.Adam(self.generator.parameters(), lr=lr, betas=(0.5, 0.999))
+        optimizer = torch.optim.Adam(self.generator.parameters(), lr=lr,
+                                     betas=self.config.betas)
+        cosine = self.config.schedule is GeneratorSchedule.COSINE
         schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: 0.5 * (1.0 + math.cos(math.pi * step / steps)))
+            optimizer, lambda step: 0.5 * (1.0 + math.cos(math.pi * step / steps))
+            if cosine else 1.0)
         sums = TailMeans(steps=steps)
         bar = progress_counter(enabled=progress, desc=desc, total=steps, unit="step")
         config = self.config
@@ -416,6 +568,7 @@ class GeneratorTrainer:
 
 def fit_generator(teacher: nn.Module, *, image_shape: tuple[int, int], num_classes: int,
                   config: GeneratorConfig, seed: int, device: torch.device | str,
+                  pixel_scale: tuple[float, float] | None = None,
                   progress: bool = True) -> GeneratorResult:
     """Fit a :class:`DaflGenerator` to the frozen ``teacher`` (no data: only its outputs).
 
@@ -432,9 +585,34 @@ def fit_generator(teacher: nn.Module, *, image_shape: tuple[int, int], num_class
         torch.Size([4, 1, 8, 8])
     """
     trainer = GeneratorTrainer(teacher, image_shape=image_shape, num_classes=num_classes,
-                               config=config, seed=seed, device=device)
+                               config=config, seed=seed, device=device,
+                               pixel_scale=pixel_scale)
     trainer.train(config.steps, progress=progress)
     return trainer.result()
+
+
+def generator_pixel_scale(config: GeneratorConfig,
+                          images: np.ndarray) -> tuple[float, float] | None:
+    """The pixel scale a published pipeline's generator needs, or ``None``.
+
+    :func:`pixel_scale_of` ``images`` (the private training split, read without noise:
+    published DP-DFD and DGD are not private at the record level anyway) when
+    ``config.output`` uses one.
+    """
+    return pixel_scale_of(images) if config.needs_pixel_scale else None
+
+
+def check_sound_generator(config: GeneratorConfig) -> None:
+    """Refuse a sound mode's generator whose output needs the private pixels' scale.
+
+    Raises:
+        ValueError: If ``config.output`` is ``STANDARDISED`` (its mean and standard deviation
+            would be statistics of the private data without noise).
+    """
+    if config.needs_pixel_scale:
+        raise ValueError("sound_generator.output must be 'squashed': a 'standardised' output "
+                         "maps its batches by the private pixels' mean and standard deviation, "
+                         "statistics of the private data without noise")
 
 
 def _init_generator(model: nn.Module, rng: torch.Generator) -> None:

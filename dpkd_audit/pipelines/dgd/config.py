@@ -12,12 +12,12 @@ from dpkd_audit.pipelines.common.config import Preset, parse_enum, plain
 from dpkd_audit.pipelines.common.dp_statistics import StatisticsConfig
 from dpkd_audit.pipelines.common.dp_teacher import DpSgdConfig
 from dpkd_audit.pipelines.common.ensemble import EnsembleConfig
-from dpkd_audit.pipelines.common.generator import GeneratorConfig
+from dpkd_audit.pipelines.common.generator import GeneratorConfig, check_sound_generator
 from dpkd_audit.pipelines.common.student import StudentConfig
 from dpkd_audit.pipelines.common.teacher import TeacherArchitecture, TeacherConfig
 from dpkd_audit.pipelines.common.vae import VaeConfig
 from dpkd_audit.pipelines.dgd.queries import QuerySelection
-from dpkd_audit.pipelines.dgd.student import TnarConfig
+from dpkd_audit.pipelines.dgd.student import TnarConfig, UnlabelledInput
 
 __all__ = ["PAPER_QUERIES", "DgdConfig", "DgdMode", "Preset"]
 
@@ -173,6 +173,7 @@ class DgdConfig:
         if self.generator.uses_bn_statistics:
             raise ValueError("generator.beta must be 0: DGD's generator loss has no BatchNorm-"
                              f"statistics term; got beta={self.generator.beta!r}")
+        check_sound_generator(self.sound_generator)
         if (self.sound_generator.beta > 0) != self.statistics.enabled:
             raise ValueError(
                 "sound_generator.beta > 0 needs released statistics (statistics.epsilon_share > "
@@ -193,6 +194,12 @@ class DgdConfig:
         if self.latent_epsilon is not None:
             object.__setattr__(self, "latent_epsilon",
                                _validate.check_epsilon(self.latent_epsilon, "latent_epsilon"))
+            if self.student.unlabelled_input is not UnlabelledInput.RECONSTRUCTION:
+                raise ValueError(
+                    "latent_epsilon protects the unlabelled synthetic images by releasing only "
+                    "their noisy VAE codes, so the student must see reconstructions from those "
+                    "codes: set student.unlabelled_input='reconstruction' (--unlabelled-input "
+                    f"reconstruction); got {self.student.unlabelled_input.value!r}")
         _validate.check_int("seed", self.seed, minimum=0)
 
     @property

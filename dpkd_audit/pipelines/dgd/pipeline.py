@@ -84,7 +84,11 @@ from dpkd_audit.pipelines.common.ensemble import (
     shard_of_records,
     train_ensemble,
 )
-from dpkd_audit.pipelines.common.generator import GeneratorResult, GeneratorTrainer
+from dpkd_audit.pipelines.common.generator import (
+    GeneratorResult,
+    GeneratorTrainer,
+    generator_pixel_scale,
+)
 from dpkd_audit.pipelines.common.loading import LoadedData, load_generative_data
 from dpkd_audit.pipelines.common.progress import StageTimer
 from dpkd_audit.pipelines.common.source import fit_dp_source, fit_source
@@ -466,7 +470,9 @@ def prepare(config: DgdConfig, *, data: LoadedData, device: torch.device | str |
         trainer = GeneratorTrainer(baseline, image_shape=dataset.image_shape,
                                    num_classes=dataset.num_classes,
                                    config=config.active_generator, seed=config.seed + 1,
-                                   device=device, statistics=statistics)
+                                   device=device, statistics=statistics,
+                                   pixel_scale=generator_pixel_scale(config.active_generator,
+                                                                     dataset.train_images))
         trainer.train(config.active_generator.steps, progress=progress)
         generator = trainer.result()
     with timer.stage("synthetic"):
@@ -707,6 +713,7 @@ def run(config: DgdConfig, *, ledger: Ledger, rng: np.random.Generator,
         student = train_tnar_student(
             images, labels,
             codes=codes,
+            unlabelled=prepared.synthetic[rest],
             vae=prepared.vae.vae,
             num_classes=num_classes, config=config.active_student,
             test_images=_float_images(dataset.test_images).to(prepared.synthetic.device),

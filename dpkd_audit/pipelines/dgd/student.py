@@ -1,11 +1,33 @@
-"""DGD's semi-supervised student: labelled queries + TNAR on VAE reconstructions + entropy.
+"""DGD's semi-supervised student: labelled queries + TNAR on the unlabelled synthetic images.
 
 DGD Sec. III-D, Eq. 1, 5 and 6: the student minimises the cross-entropy on the few synthetic
-images labelled by the teacher ensemble (E_s) plus, on the many unlabelled synthetic images
-embedded by the VAE and reconstructed (x = decoder(mu)), the tangent and normal adversarial
-regularizers of Yu et al. (CVPR 2019) and the entropy of the predictions (E_u; the terms are
-the named functions of :mod:`~dpkd_audit.pipelines.common.tnar`). Paper: 500 Adam iterations,
-batch 128, learning rate 1e-3 decayed linearly to 0.
+images labelled by the teacher ensemble (E_s) plus, on the many unlabelled synthetic images,
+the tangent and normal adversarial regularizers of Yu et al. (CVPR 2019) and the entropy of the
+predictions (E_u; the terms are the named functions of
+:mod:`~dpkd_audit.pipelines.common.tnar`). Paper: 500 Adam iterations, batch 128, learning
+rate 1e-3 decayed linearly to 0.
+
+Where the unlabelled terms act (:class:`UnlabelledInput`):
+
+- ``SYNTHETIC`` (default): as TNAR does (Yu et al. 2019, Sec. 3.2 and Alg. 1; DGD cites it for
+  the terms, [65]): on the unlabelled image x itself, with the tangent space of the manifold
+  at x taken from the VAE decoder's Jacobian at the code mu(x). The labelled and unlabelled
+  images then come from one distribution.
+- ``RECONSTRUCTION``: DGD's Eq. 4 read literally: on the reconstruction x' = decoder(mu(x)).
+  Measured on MNIST and digits (``benchmarks/dgd_student.py``, ``benchmarks/README.md``): a
+  reconstruction loses what makes a synthetic image a class for the baseline, the student can
+  tell labelled raw images from reconstructions, and the unlabelled terms are cheapest when
+  every reconstruction goes to one class: the student collapses to one class (real test
+  images land on the reconstruction side). Kept for the comparison, and used when the paper's
+  latent-code perturbation is on (the student then only sees reconstructions from the released
+  codes).
+
+Forward passes follow virtual adversarial training's reference code (Miyato et al. 2018): the
+labelled batch (with the distillation batch, when there is one) goes through the student in one
+pass that updates the BatchNorm running statistics; the unlabelled batch goes through a pass of
+its own (batch statistics of the unlabelled batch, running statistics left alone), and its
+perturbed copies through passes of their own likewise, so the clean and perturbed predictions
+of the TNAR terms are normalised alike.
 
 Everything here is post-processing of the released labels and of synthetic data.
 """
@@ -13,6 +35,8 @@ Everything here is post-processing of the released labels and of synthetic data.
 from __future__ import annotations
 
 import dataclasses
+import enum
+import math
 import time
 
 import numpy as np
@@ -21,6 +45,7 @@ import torch.nn.functional as F  # noqa: N812  (conventional alias)
 from torch import nn
 
 from dpkd_audit import _validate
+from dpkd_audit.pipelines.common.config import parse_enum
 from dpkd_audit.pipelines.common.progress import TailMeans, progress_counter
 from dpkd_audit.pipelines.common.student import (
     StudentConfig,
@@ -30,13 +55,24 @@ from dpkd_audit.pipelines.common.student import (
 )
 from dpkd_audit.pipelines.common.tnar import (
     entropy_regularization,
+    frozen_batch_statistics,
     normal_regularization,
     tangent_basis,
     tangent_regularization,
 )
 from dpkd_audit.pipelines.common.vae import ConvVae
 
-__all__ = ["TnarConfig", "TnarStudentResult", "soft_cross_entropy", "train_tnar_student"]
+__all__ = ["TnarConfig", "TnarStudentResult", "UnlabelledInput", "soft_cross_entropy",
+           "train_tnar_student"]
+
+
+class UnlabelledInput(enum.StrEnum):
+    """Which image the unlabelled terms act on (see the module docstring)."""
+
+    #: The unlabelled synthetic image itself, tangent space from the decoder at its code (TNAR).
+    SYNTHETIC = "synthetic"
+    #: Its VAE reconstruction decoder(mu) (DGD's Eq. 4 read literally; collapses, measured).
+    RECONSTRUCTION = "reconstruction"
 
 
 def soft_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -65,6 +101,11 @@ class TnarConfig:
         xi: Size of the power step's probe (> 0).
         augment: Random affine augmentation of the labelled images (shift 10%, rotation 10
             degrees, zoom 10%; not in the paper, which has no augmentation).
+        unlabelled_input: :class:`UnlabelledInput`, where the unlabelled terms act.
+        rampup: Share of the steps, in [0, 1], over which the weights of the unlabelled terms
+            rise from about 0 to their values along exp(-5 (1 - t)^2) (the sigmoid ramp-up of
+            Laine and Aila, ICLR 2017, Sec. 3.1, used by Mean Teacher); 0: full weights from
+            the first step (DGD and TNAR state no ramp-up).
     """
 
     width: int = 32
@@ -79,6 +120,8 @@ class TnarConfig:
     normal_epsilon: float = 1.0
     xi: float = 0.1
     augment: bool = False
+    unlabelled_input: UnlabelledInput = UnlabelledInput.SYNTHETIC
+    rampup: float = 0.0
 
     def __post_init__(self) -> None:
         _validate.check_int("width", self.width, minimum=1)
@@ -92,6 +135,16 @@ class TnarConfig:
             _validate.check_positive(name, getattr(self, name))
         if not isinstance(self.augment, bool):
             raise ValueError(f"augment must be True or False; got {self.augment!r}")
+        _validate.check_probability("rampup", self.rampup)
+        object.__setattr__(self, "unlabelled_input",
+                           parse_enum(UnlabelledInput, "unlabelled_input", self.unlabelled_input))
+
+    def unlabelled_scale(self, step: int) -> float:
+        """Factor (in (0, 1]) of the unlabelled terms' weights at 0-based ``step``."""
+        length = self.rampup * self.steps
+        if step >= length:
+            return 1.0
+        return math.exp(-5.0 * (1.0 - step / length) ** 2)
 
     @property
     def regularized(self) -> bool:
@@ -118,6 +171,7 @@ def _accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> f
 def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: torch.Tensor,
                        vae: ConvVae, num_classes: int, config: TnarConfig,
                        test_images: torch.Tensor, test_labels: np.ndarray, seed: int,
+                       unlabelled: torch.Tensor | None = None,
                        soft_images: torch.Tensor | None = None,
                        soft_targets: torch.Tensor | None = None,
                        distillation_weight: float = 0.0,
@@ -134,6 +188,9 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
         test_images: Float test images ``(m, 1, h, w)`` on the device (evaluation only).
         test_labels: Their labels.
         seed: Seed (>= 0) of initialisation, mini-batches and probes.
+        unlabelled: The unlabelled synthetic images ``(U, 1, h, w)`` whose codes are
+            ``codes`` (same order and device); needed when the terms act on them
+            (``config.unlabelled_input`` is ``SYNTHETIC``).
         soft_images: Images ``(U', 1, h, w)`` of a distillation term (not in the paper; DGD's
             sound variant: the unlabelled synthetic images), same device.
         soft_targets: Their target distributions ``(U', classes)`` (the DP baseline's softmax).
@@ -141,6 +198,11 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
             ``soft_images`` per step (``unlabelled_batch_size`` of them); 0: no term.
         evaluate_every: Test accuracy every this many steps (for the curve).
         progress: A tqdm bar over steps.
+
+    Raises:
+        ValueError: For a bad seed or weight, a distillation term without its images, or
+            unlabelled terms on ``SYNTHETIC`` images without ``unlabelled`` (or with another
+            count than ``codes``).
     """
     start = time.perf_counter()
     _validate.check_int("seed", seed, minimum=0)
@@ -151,6 +213,13 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
                    or soft_images.shape[0] < 1):
         raise ValueError("distillation_weight > 0 needs soft_images and soft_targets with the "
                          "same number (>= 1) of rows")
+    on_synthetic = config.unlabelled_input is UnlabelledInput.SYNTHETIC
+    if config.regularized and on_synthetic and (
+            unlabelled is None or codes is None or unlabelled.shape[0] != codes.shape[0]):
+        raise ValueError("config.unlabelled_input='synthetic' needs the unlabelled images "
+                         "(unlabelled) with one VAE code each (codes, same count); got "
+                         f"unlabelled {None if unlabelled is None else tuple(unlabelled.shape)}"
+                         f", codes {None if codes is None else tuple(codes.shape)}")
     device = labelled.device
     rng = torch.Generator().manual_seed(seed)
     model = build_student(tuple(labelled.shape[2:]), num_classes, config.width,
@@ -171,43 +240,46 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
         x = labelled[index.to(device)]
         if config.augment:
             x = augment_batch(x, rng, augment)
-        # One forward pass over every batch of the step, so BatchNorm normalises (and tracks)
-        # labelled, unlabelled and distilled images with the same statistics.
+        # The labelled batch and the distillation batch share one pass (running statistics
+        # updated); the unlabelled batch has passes of its own (module docstring).
         parts = [x]
-        if config.regularized:
-            pick = torch.randint(codes.shape[0], (config.unlabelled_batch_size,), generator=rng)
-            z = codes[pick.to(device)]
-            with torch.no_grad():
-                x_u = vae.decode(z)
-            parts.append(x_u)
         if distil:
             soft_pick = torch.randint(soft_images.shape[0], (config.unlabelled_batch_size,),
                                       generator=rng).to(device)
             parts.append(soft_images[soft_pick])
         outputs = model(torch.cat(parts)).split([p.shape[0] for p in parts])
-        logits = outputs[0]
-        logits_u = outputs[1] if config.regularized else None
-        terms = {"cross_entropy": F.cross_entropy(logits, y[index.to(device)])}
+        terms = {"cross_entropy": F.cross_entropy(outputs[0], y[index.to(device)])}
         loss = terms["cross_entropy"]
         if distil:
-            terms["distillation"] = soft_cross_entropy(outputs[-1], soft_targets[soft_pick])
+            terms["distillation"] = soft_cross_entropy(outputs[1], soft_targets[soft_pick])
             loss = loss + distillation_weight * terms["distillation"]
         if config.regularized:
+            pick = torch.randint(codes.shape[0], (config.unlabelled_batch_size,),
+                                 generator=rng).to(device)
+            z = codes[pick]
+            ramp = config.unlabelled_scale(step)
+            if on_synthetic:
+                x_u = unlabelled[pick]
+            else:
+                with torch.no_grad():
+                    x_u = vae.decode(z)
+            with frozen_batch_statistics(model):
+                logits_u = model(x_u)
             if config.tangent_weight > 0 or config.normal_weight > 0:
                 basis = tangent_basis(vae.decode, z)
                 if config.tangent_weight > 0:
                     terms["tangent"] = tangent_regularization(
                         model, x_u, logits_u, basis, epsilon=config.tangent_epsilon,
                         xi=config.xi, generator=rng)
-                    loss = loss + config.tangent_weight * terms["tangent"]
+                    loss = loss + ramp * config.tangent_weight * terms["tangent"]
                 if config.normal_weight > 0:
                     terms["normal"] = normal_regularization(
                         model, x_u, logits_u, basis, epsilon=config.normal_epsilon,
                         xi=config.xi, generator=rng)
-                    loss = loss + config.normal_weight * terms["normal"]
+                    loss = loss + ramp * config.normal_weight * terms["normal"]
             if config.entropy_weight > 0:
                 terms["entropy"] = entropy_regularization(logits_u)
-                loss = loss + config.entropy_weight * terms["entropy"]
+                loss = loss + ramp * config.entropy_weight * terms["entropy"]
         if not torch.isfinite(loss):
             raise FloatingPointError(f"student loss became {float(loss.detach())} at step "
                                      f"{step + 1}; lower learning_rate ({config.learning_rate})")

@@ -12,7 +12,7 @@ from dpkd_audit.pipelines.common.config import Preset, parse_enum, plain
 from dpkd_audit.pipelines.common.distill import DistillConfig
 from dpkd_audit.pipelines.common.dp_statistics import StatisticsConfig
 from dpkd_audit.pipelines.common.dp_teacher import DpSgdConfig
-from dpkd_audit.pipelines.common.generator import GeneratorConfig
+from dpkd_audit.pipelines.common.generator import GeneratorConfig, check_sound_generator
 from dpkd_audit.pipelines.common.student import StudentConfig
 from dpkd_audit.pipelines.common.teacher import TeacherArchitecture, TeacherConfig
 
@@ -126,6 +126,7 @@ class DpdfdConfig:
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"{name} must be a {kind.__name__}; got "
                                  f"{type(getattr(self, name)).__name__}")
+        check_sound_generator(self.sound_generator)
         if (self.sound_generator.beta > 0) != self.statistics.enabled:
             raise ValueError(
                 "sound_generator.beta > 0 needs released statistics (statistics.epsilon_share > "

@@ -68,7 +68,11 @@ from dpkd_audit.pipelines.common.dp_statistics import (
     statistics_mechanism,
 )
 from dpkd_audit.pipelines.common.dp_teacher import DpSgdPlan, plan_dp_sgd
-from dpkd_audit.pipelines.common.generator import GeneratorResult, GeneratorTrainer
+from dpkd_audit.pipelines.common.generator import (
+    GeneratorResult,
+    GeneratorTrainer,
+    generator_pixel_scale,
+)
 from dpkd_audit.pipelines.common.loading import LoadedData, load_generative_data
 from dpkd_audit.pipelines.common.progress import StageTimer, progress_counter
 from dpkd_audit.pipelines.common.source import fit_dp_source, fit_source
@@ -270,7 +274,9 @@ def prepare(config: DpdfdConfig, *, data: LoadedData, device: torch.device | str
         trainer = GeneratorTrainer(teacher, image_shape=dataset.image_shape,
                                    num_classes=dataset.num_classes,
                                    config=config.active_generator, seed=config.seed + 1,
-                                   device=device, statistics=statistics)
+                                   device=device, statistics=statistics,
+                                   pixel_scale=generator_pixel_scale(config.active_generator,
+                                                                     dataset.train_images))
         trainer.train(config.active_generator.steps, progress=progress)
         generator = trainer.result()
     return Prepared(key=preparation_key(config), teacher=teacher, teacher_accuracy=accuracy,
