@@ -20,12 +20,16 @@ from dpkd_audit.pipelines.common.generator import (
     BnStatistics,
     DaflGenerator,
     GeneratorConfig,
+    GeneratorOutput,
+    GeneratorResult,
+    GeneratorTrainer,
     activation_loss,
     argmax_cross_entropy,
     bn_statistics_distance,
     fit_generator,
     generator_loss,
     information_entropy_loss,
+    pixel_scale_of,
 )
 from dpkd_audit.pipelines.common.student import build_student
 from dpkd_audit.pipelines.common.teacher import (
@@ -141,6 +145,9 @@ def test_bn_term_needs_batchnorm() -> None:
 @pytest.mark.parametrize(("field", "value", "match"), [
     ("width", 1, "width"), ("steps", 0, "steps"), ("alpha", -1.0, "alpha"),
     ("beta", math.nan, "beta"), ("learning_rate", 0.0, "learning_rate"),
+    ("betas", (0.9,), "betas"), ("betas", (0.9, 1.0), "betas"), ("bn_eps", 0.0, "bn_eps"),
+    ("entropy_base", 1.0, "entropy_base"), ("entropy_base", math.inf, "entropy_base"),
+    ("output", "tanh", "output"), ("schedule", "linear", "schedule"),
 ])
 def test_generator_config_refuses_bad_values(field: str, value: object, match: str) -> None:
     with pytest.raises(ValueError, match=match):
@@ -386,3 +393,106 @@ def test_feature_statistics_pair_the_batch_with_the_reference():
     with torch.no_grad(), term:
         teacher(torch.rand(30, 1, 8, 8, generator=torch.Generator().manual_seed(0)))
     assert float(bn_statistics_distance(term.pairs)) > 0.1
+
+
+# ------------------------------------------------------------------ DAFL's recipe (issue 30)
+
+
+def test_information_entropy_in_base_ten_is_the_natural_one_over_ln_ten() -> None:
+    logits = torch.tensor([[2.0, 0.0, -1.0], [0.5, 0.3, 0.1]])
+    natural = information_entropy_loss(logits)
+    assert float(information_entropy_loss(logits, 10.0)) == pytest.approx(
+        float(natural) / math.log(10.0), rel=1e-6)
+    mean = torch.softmax(logits, dim=1).mean(dim=0)
+    assert float(information_entropy_loss(logits, 10.0)) == pytest.approx(
+        float((mean * torch.log10(mean)).sum()), rel=1e-6)
+
+
+def test_pixel_scale_is_the_mean_and_standard_deviation_of_all_pixels() -> None:
+    images = np.random.default_rng(0).integers(0, 256, size=(7, 4, 4), dtype=np.uint8)
+    mean, std = pixel_scale_of(images)
+    values = images.astype(np.float64) / 255.0
+    assert mean == pytest.approx(values.mean(), rel=1e-12)
+    assert std == pytest.approx(values.std(), rel=1e-12)
+    with pytest.raises(ValueError, match="uint8"):
+        pixel_scale_of(images.astype(np.float32))
+    with pytest.raises(ValueError, match="constant"):
+        pixel_scale_of(np.zeros((2, 4, 4), dtype=np.uint8))
+
+
+def test_standardised_output_has_the_pixel_scale_and_samples_are_clipped() -> None:
+    """DAFL's tanh + BatchNorm(affine=False): each batch standardised, then mapped back."""
+    generator = DaflGenerator(latent_dim=6, width=8, image_shape=(8, 8),
+                              output=GeneratorOutput.STANDARDISED, bn_eps=0.8,
+                              pixel_scale=(0.13, 0.31))
+    images = generator(torch.randn(64, 6, generator=torch.Generator().manual_seed(0)))
+    assert float(images.mean()) == pytest.approx(0.13, abs=1e-5)
+    # BatchNorm divides by sqrt(var + 1e-5): the std falls short of 0.31 by that factor only
+    with torch.no_grad():
+        z = torch.randn(64, 6, generator=torch.Generator().manual_seed(0))
+        x = generator.linear(z).view(64, 8, 2, 2)
+        raw = torch.tanh(generator.block2(generator.block1(generator.bn0(x))))
+    shrink = math.sqrt(float(raw.var(unbiased=False)) / (float(raw.var(unbiased=False)) + 1e-5))
+    assert float(images.std(unbiased=False)) == pytest.approx(0.31 * shrink, rel=1e-4)
+    assert float(images.min()) < 0.0   # training sees them unclipped, as DAFL does
+    sample = generator.sample(64, torch.Generator().manual_seed(0))
+    assert float(sample.min()) >= 0.0 and float(sample.max()) <= 1.0
+    assert generator.block1[2].eps == 0.8 and generator.bn0.eps == 1e-5
+    squashed = DaflGenerator(latent_dim=6, width=8, image_shape=(8, 8))
+    assert squashed.standardise is None
+
+
+def test_pixel_scale_is_needed_by_the_standardised_output_only() -> None:
+    teacher = build_student((8, 8), 3, 4).eval()
+    standardised = GeneratorConfig(width=8, steps=2, batch_size=8, beta=0.0,
+                                   output="standardised")
+    with pytest.raises(ValueError, match="pixel_scale"):
+        GeneratorTrainer(teacher, image_shape=(8, 8), num_classes=3, config=standardised,
+                         seed=0, device="cpu")
+    with pytest.raises(ValueError, match="pixel_scale"):
+        GeneratorTrainer(teacher, image_shape=(8, 8), num_classes=3, config=standardised,
+                         seed=0, device="cpu", pixel_scale=(0.0, 0.3))
+    with pytest.raises(ValueError, match="pixel_scale"):
+        GeneratorTrainer(teacher, image_shape=(8, 8), num_classes=3,
+                         config=GeneratorConfig(width=8, steps=2, batch_size=8, beta=0.0),
+                         seed=0, device="cpu", pixel_scale=(0.1, 0.3))
+    trainer = GeneratorTrainer(teacher, image_shape=(8, 8), num_classes=3, config=standardised,
+                               seed=0, device="cpu", pixel_scale=(0.1, 0.3))
+    trainer.train(2)
+    assert trainer.generator.pixel_scale == (0.1, 0.3)
+
+
+def test_constant_schedule_keeps_the_learning_rate_and_cosine_decays_it() -> None:
+    teacher = build_student((8, 8), 3, 4).eval()
+    seen: dict[str, list[float]] = {}
+    original = torch.optim.Adam.step
+
+    for schedule in ("constant", "cosine"):
+        rates: list[float] = []
+
+        def spy(self, *args, _rates=rates, **kwargs):
+            _rates.append(self.param_groups[0]["lr"])
+            assert self.param_groups[0]["betas"] == (0.9, 0.999)
+            return original(self, *args, **kwargs)
+
+        torch.optim.Adam.step = spy
+        try:
+            GeneratorTrainer(teacher, image_shape=(8, 8), num_classes=3, seed=0, device="cpu",
+                             config=GeneratorConfig(width=8, batch_size=8, beta=0.0,
+                                                    learning_rate=0.2, betas=(0.9, 0.999),
+                                                    schedule=schedule)).train(4)
+        finally:
+            torch.optim.Adam.step = original
+        seen[schedule] = rates
+    assert seen["constant"] == [0.2] * 4
+    assert seen["cosine"][0] == pytest.approx(0.2) and seen["cosine"][-1] < 0.2 / 2
+
+
+def test_a_generator_with_one_class_is_reported_collapsed() -> None:
+    def result(histogram: list[int]) -> GeneratorResult:
+        return GeneratorResult(generator=None, loss_terms={}, seconds=0.0,
+                               teacher_agreement=0.0, class_histogram=histogram, steps=1)
+
+    assert result([950, 30, 20]).collapsed
+    assert result([950, 30, 20]).largest_class_share == pytest.approx(0.95)
+    assert not result([400, 300, 300]).collapsed

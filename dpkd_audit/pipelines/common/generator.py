@@ -56,6 +56,7 @@ import dataclasses
 import enum
 import math
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -396,6 +397,21 @@ class GeneratorResult:
     class_histogram: list[int]
     steps: int
 
+    @property
+    def largest_class_share(self) -> float:
+        """Share of the check samples in the teacher's most frequent class."""
+        return max(self.class_histogram) / max(1, sum(self.class_histogram))
+
+    @property
+    def collapsed(self) -> bool:
+        """Whether the generator has collapsed: over 90% of its samples in one class.
+
+        DAFL's recipe at learning rate 0.2 does this after some thousand steps (every sample
+        the same image; ``reports/benchmarks/dgd-generator-h100``); a student then learns one
+        class.
+        """
+        return self.largest_class_share > 0.9
+
 
 @contextlib.contextmanager
 def _frozen(model: nn.Module) -> Iterator[None]:
@@ -561,9 +577,15 @@ class GeneratorTrainer:
                                   dim=1)
         confident = float((probs.max(dim=1).values > 0.9).float().mean())
         histogram = torch.bincount(probs.argmax(dim=1), minlength=self.num_classes).tolist()
-        return GeneratorResult(generator=self.generator, loss_terms=dict(self.loss_terms),
-                               seconds=self.seconds, teacher_agreement=confident,
-                               class_histogram=histogram, steps=self.steps_taken)
+        result = GeneratorResult(generator=self.generator, loss_terms=dict(self.loss_terms),
+                                 seconds=self.seconds, teacher_agreement=confident,
+                                 class_histogram=histogram, steps=self.steps_taken)
+        if result.collapsed:
+            warnings.warn(f"the generator has collapsed after {self.steps_taken} steps: "
+                          f"{result.largest_class_share:.0%} of its samples fall in one class "
+                          "of the teacher; take fewer steps or a lower learning_rate "
+                          f"({self.config.learning_rate})", RuntimeWarning, stacklevel=2)
+        return result
 
 
 def fit_generator(teacher: nn.Module, *, image_shape: tuple[int, int], num_classes: int,

@@ -12,14 +12,26 @@ from dpkd_audit.pipelines.common.config import Preset, parse_enum, plain
 from dpkd_audit.pipelines.common.dp_statistics import StatisticsConfig
 from dpkd_audit.pipelines.common.dp_teacher import DpSgdConfig
 from dpkd_audit.pipelines.common.ensemble import EnsembleConfig
-from dpkd_audit.pipelines.common.generator import GeneratorConfig, check_sound_generator
+from dpkd_audit.pipelines.common.generator import (
+    GeneratorConfig,
+    GeneratorOutput,
+    GeneratorSchedule,
+    check_sound_generator,
+)
 from dpkd_audit.pipelines.common.student import StudentConfig
 from dpkd_audit.pipelines.common.teacher import TeacherArchitecture, TeacherConfig
 from dpkd_audit.pipelines.common.vae import VaeConfig
 from dpkd_audit.pipelines.dgd.queries import QuerySelection
 from dpkd_audit.pipelines.dgd.student import TnarConfig, UnlabelledInput
 
-__all__ = ["PAPER_QUERIES", "DgdConfig", "DgdMode", "Preset"]
+__all__ = ["DAFL_RECIPE", "PAPER_QUERIES", "DgdConfig", "DgdMode", "Preset"]
+
+#: DAFL's generator recipe (Chen et al. 2019, its MNIST code): standardised output, BatchNorm
+#: eps 0.8, Adam at a constant 0.2 with default betas, information entropy in base 10. Its width
+#: (128), batch (512) and length (24,000 steps) are the preset's to choose.
+DAFL_RECIPE: dict[str, Any] = {
+    "output": GeneratorOutput.STANDARDISED, "bn_eps": 0.8, "learning_rate": 0.2,
+    "schedule": GeneratorSchedule.CONSTANT, "betas": (0.9, 0.999), "entropy_base": 10.0}
 
 #: The paper's query counts (Table I: 1,300 at eps = 10, 27 at eps = 1; Fig. 3: 750, 400).
 PAPER_QUERIES: tuple[int, ...] = (27, 400, 750, 1300)
@@ -249,7 +261,7 @@ class DgdConfig:
             "queries": 200 if digits else 1300,
             "noise_scale": 4.0 if digits else 40.0,
             "ensemble": EnsembleConfig(num_teachers=25 if digits else 250, widths=(8, 16),
-                                       steps=100 if digits else 300, batch_size=32,
+                                       steps=1000 if digits else 300, batch_size=32,
                                        learning_rate=3e-3),
             "selection": QuerySelection.CONFIDENT,
             "baseline": TeacherConfig(architecture=TeacherArchitecture.DGD_CNN, width=8,
@@ -258,8 +270,10 @@ class DgdConfig:
             if digits else TeacherConfig(architecture=TeacherArchitecture.TANH_CNN),
             "dp_sgd": DpSgdConfig(epochs=10, batch_size=64, learning_rate=0.5, momentum=0.9)
             if digits else DpSgdConfig(epochs=15, batch_size=512, learning_rate=2.0),
-            "generator": GeneratorConfig(width=64, steps=200 if digits else 2000,
-                                         batch_size=128, beta=0.0, activation_weight=0.1),
+            "generator": GeneratorConfig(width=64, steps=200, batch_size=128, beta=0.0,
+                                         activation_weight=0.1) if digits
+            else GeneratorConfig(width=64, steps=500, batch_size=128, beta=0.0,
+                                 activation_weight=0.1, **DAFL_RECIPE),
             "sound_generator": GeneratorConfig(width=64, steps=200 if digits else 1000,
                                                batch_size=128, beta=10.0,
                                                activation_weight=0.1),
@@ -267,7 +281,7 @@ class DgdConfig:
             "synthetic": 2000 if digits else 20000,
             "vae": VaeConfig(width=16, steps=200 if digits else 500),
             "student": TnarConfig(width=16, steps=200 if digits else 400, batch_size=64,
-                                  unlabelled_batch_size=64),
+                                  unlabelled_batch_size=64, entropy_weight=0.1),
             "sound_student": TnarConfig(width=16, steps=300 if digits else 3000, batch_size=64,
                                         unlabelled_batch_size=64, tangent_weight=0.0,
                                         normal_weight=0.0, entropy_weight=0.0),

@@ -571,6 +571,7 @@ class DgdResult:
             "accuracy_curve": [list(p) for p in self.accuracy_curve],
             "generator": {"teacher_confident_share": self.generator.teacher_agreement,
                           "class_histogram": self.generator.class_histogram,
+                          "collapsed": self.generator.collapsed,
                           "loss_terms": self.generator.loss_terms,
                           "steps": self.generator.steps},
             "vae_loss": self.vae_loss,

@@ -337,6 +337,7 @@ class DpdfdResult:
             "accuracy_per_stage": [list(p) for p in self.accuracy_per_stage],
             "generator": {"teacher_confident_share": self.generator.teacher_agreement,
                           "class_histogram": self.generator.class_histogram,
+                          "collapsed": self.generator.collapsed,
                           "loss_terms": self.generator.loss_terms,
                           "steps": self.generator.steps},
             "dp_sgd": None if plan is None else {
