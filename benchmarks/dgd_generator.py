@@ -18,7 +18,12 @@ Recipes (``--recipes``):
   batch 512 (200 x 120 = 24,000 steps in DAFL: about 5 s a step on 2 CPU cores, so run it with
   ``--device cuda`` or few ``--steps``);
 - ``dafl-small``: ``dafl`` at width 64 and batch 128 (the CPU preset's candidate);
-- ``dafl-small-lr0.02``, ``dafl-small-lr0.05``: the same at a lower constant learning rate.
+- ``dafl-small-lr0.02``, ``dafl-small-lr0.05``: the same at a lower constant learning rate;
+- ``dgd-paper``: ``dafl`` with DGD's schedule (Sec. IV: 200 rounds at 0.2, ten times smaller
+  every 80; with DAFL's 120 steps a round: 0.1x at steps 9,600 and 19,200).
+
+Constant and step schedules are trained on from one checkpoint to the next (Adam's moments
+start afresh at each checkpoint); cosine ones are refitted from scratch for each.
 
 Not a privacy experiment (the baseline and its labels are not private). Usage (2 threads):
     python benchmarks/dgd_generator.py --data-dir ../shared/data/mnist --recipes current,dafl-small
@@ -64,7 +69,9 @@ def recipes(base: GeneratorConfig) -> dict[str, GeneratorConfig]:
             "dafl": replace(base, width=128, batch_size=512, **_DAFL),
             "dafl-small": small,
             "dafl-small-lr0.02": replace(small, learning_rate=0.02),
-            "dafl-small-lr0.05": replace(small, learning_rate=0.05)}
+            "dafl-small-lr0.05": replace(small, learning_rate=0.05),
+            "dgd-paper": replace(base, width=128, batch_size=512, **{
+                **_DAFL, "schedule": GeneratorSchedule.STEP, "decay_every": 9600})}
 
 
 def main() -> None:

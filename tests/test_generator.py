@@ -467,7 +467,7 @@ def test_constant_schedule_keeps_the_learning_rate_and_cosine_decays_it() -> Non
     seen: dict[str, list[float]] = {}
     original = torch.optim.Adam.step
 
-    for schedule in ("constant", "cosine"):
+    for schedule in ("constant", "cosine", "step"):
         rates: list[float] = []
 
         def spy(self, *args, _rates=rates, **kwargs):
@@ -477,15 +477,19 @@ def test_constant_schedule_keeps_the_learning_rate_and_cosine_decays_it() -> Non
 
         torch.optim.Adam.step = spy
         try:
-            GeneratorTrainer(teacher, image_shape=(8, 8), num_classes=3, seed=0, device="cpu",
-                             config=GeneratorConfig(width=8, batch_size=8, beta=0.0,
-                                                    learning_rate=0.2, betas=(0.9, 0.999),
-                                                    schedule=schedule)).train(4)
+            trainer = GeneratorTrainer(
+                teacher, image_shape=(8, 8), num_classes=3, seed=0, device="cpu",
+                config=GeneratorConfig(width=8, batch_size=8, beta=0.0, learning_rate=0.2,
+                                       betas=(0.9, 0.999), schedule=schedule, decay_every=3))
+            trainer.train(4)
+            if schedule == "step":   # a second call goes on with the schedule
+                trainer.train(3)
         finally:
             torch.optim.Adam.step = original
         seen[schedule] = rates
     assert seen["constant"] == [0.2] * 4
     assert seen["cosine"][0] == pytest.approx(0.2) and seen["cosine"][-1] < 0.2 / 2
+    assert seen["step"] == pytest.approx([0.2, 0.2, 0.2, 0.02, 0.02, 0.02, 0.002])
 
 
 def test_a_generator_with_one_class_is_reported_collapsed() -> None:

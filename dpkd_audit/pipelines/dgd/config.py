@@ -239,19 +239,26 @@ class DgdConfig:
         """CPU preset: the privacy-relevant numbers of the paper, smaller nets and sets.
 
         Kept: 250 teachers on their disjoint shards, Laplace scale 40, the query counts,
-        delta 1e-5, the VAE's 32-dim codes. Shrunk (MNIST-sized): teachers of widths (8, 16)
-        trained 300 steps of 32 images, a baseline of the teachers' architecture at width 8
-        (2 epochs), a width-64 generator (2,000 steps), 20,000 synthetic images, a width-16
-        student (400 steps). Two choices measured by ``benchmarks/dgd_synthetic.py`` (a student
-        trained on 1,300 synthetic images with the baseline's own labels, MNIST; figures in
-        ``benchmarks/README.md``): the queries are the baseline's most confident synthetic
-        images, class-balanced (:attr:`QuerySelection.CONFIDENT`, where the paper takes random
-        ones), and DAFL's generator runs 2,000 steps instead of 400. The sound generator also
-        matches feature statistics released through the DP baseline (1,000 steps).
+        delta 1e-5, the VAE's 32-dim codes, DAFL's generator recipe (:data:`DAFL_RECIPE`) and
+        the student's TNAR terms on the unlabelled synthetic images. Shrunk (MNIST-sized):
+        teachers of widths (8, 16) trained 300 steps of 32 images, a baseline of the teachers'
+        architecture at width 8 (2 epochs), a generator of width 64 and batch 128 taking 500
+        steps (DAFL: 128, 512 and 24,000; measured by ``benchmarks/dgd_generator.py``: DAFL's
+        images are best after about 500 steps and its generator collapses to one image later,
+        at its own sizes on a GPU as at these on a CPU), 20,000 synthetic images, a width-16
+        student (400 steps). Departures, each measured: the queries are the baseline's most
+        confident synthetic images, class-balanced (:attr:`QuerySelection.CONFIDENT`, where the
+        paper takes random ones; ``benchmarks/dgd_synthetic.py``), and the student's entropy
+        term weighs 0.1 instead of 1 (at 1 it collapses the student onto a few classes;
+        ``benchmarks/dgd_student.py``). The sound generator keeps the squashed output (a
+        standardised one would read the private pixels' scale) and matches feature statistics
+        released through the DP baseline (1,000 steps).
 
         On the 8x8 digits (1,797 images) everything is tiny: 25 teachers (about 70 records
-        each), whose votes are at most 25, so the noise scale is 4 (eps0 = 0.5) instead of 40
-        (which would bury 25 votes); the digits runs exercise the code, not the paper.
+        each, 1,000 steps), whose votes are at most 25, so the noise scale is 4 (eps0 = 0.5)
+        instead of 40 (which would bury 25 votes), and the generator keeps the squashed output
+        and the earlier schedule (Adam 0.01, cosine, 200 steps; better on 8x8 images); the
+        digits runs exercise the code, not the paper.
         """
         digits = parse_enum(DatasetName, "dataset", overrides.get("dataset", cls.dataset)) \
             is DatasetName.DIGITS
