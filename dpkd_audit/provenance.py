@@ -33,6 +33,8 @@ LIBRARIES: tuple[tuple[str, ...], ...] = (
     ("faiss-cpu", "faiss-gpu", "faiss-gpu-cu12", "faiss-gpu-cu11", "faiss"),
     ("scikit-learn",),
     ("dp-accounting",),
+    ("umap-learn",),  # the rknn ``umap`` representation: its releases move the embedding
+    ("opacus",),
 )
 
 _PACKAGE_DIR = Path(__file__).resolve().parent

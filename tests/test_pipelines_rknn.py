@@ -238,7 +238,10 @@ def test_umap_map_is_record_wise_and_keeps_public_points_in_place():
     purity = {name: cluster_purity(select_queries(r.transform(splits.public_images), 10,
                                                   seed=0).assignment, splits.public_labels, 10)
               for name, r in (("umap", rep), ("pca", pca))}
-    assert purity["umap"] > purity["pca"] and purity["umap"] > 0.85, purity
+    # seed 0 gives 0.862 under umap-learn 0.5.11 and 0.819 under 0.5.12 (which dropped fastmath
+    # and parallelised its k-NN smoothing); seeds 0-3 span 0.82-0.87 (0.5.12) and 0.86-0.89
+    # (0.5.11); PCA-20 gives 0.785 under both. The floor keeps a margin under either release.
+    assert purity["umap"] > purity["pca"] + 0.02 and purity["umap"] > 0.80, purity
 
 
 def test_the_record_wise_test_fails_for_a_recentred_representation(monkeypatch):
