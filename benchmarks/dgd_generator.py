@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 
 import numpy as np
 import torch
+from _jsonl import jsonl_emitter  # benchmarks/ (this script's directory)
 
 from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.generator import (
@@ -92,14 +92,7 @@ def main() -> None:
                         help="width of the baseline (default: the small preset's)")
     parser.add_argument("--out", help="also append every JSON line to this file (flushed)")
     args = parser.parse_args()
-    sink = open(args.out, "a") if args.out else None
-
-    def emit(row: dict) -> None:
-        line = json.dumps(row)
-        print(line, flush=True)
-        if sink is not None:
-            sink.write(line + "\n")
-            sink.flush()
+    emit = jsonl_emitter(args.out)
 
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)

@@ -21,17 +21,18 @@ synthetic images, the VAE, 1,300 queries chosen as the preset does (``confident`
 
 Not a privacy experiment. Usage (2 threads):
     python benchmarks/dgd_student.py --data-dir ../shared/data/mnist [--parts students,teachers]
+        [--out FILE.jsonl]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 
 import numpy as np
 import torch
+from _jsonl import jsonl_emitter  # benchmarks/ (this script's directory)
 
 from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.generator import GeneratorTrainer, generator_pixel_scale
@@ -50,7 +51,9 @@ def main() -> None:
     parser.add_argument("--parts", default="students,teachers")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", help="also append every JSON line to this file (flushed)")
     args = parser.parse_args()
+    emit = jsonl_emitter(args.out)
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     config = DgdConfig.small(dataset=args.dataset)
@@ -73,10 +76,10 @@ def main() -> None:
                                    for i in range(0, synthetic.shape[0], 1000)])
     labels_all = probabilities.argmax(dim=1)
     test = torch.from_numpy(np.array(dataset.test_images)).float().div(255.0).unsqueeze(1)
-    print(json.dumps({"device": describe_device(device), "dataset": args.dataset,
-                      "baseline_test_accuracy": round(trained.test_accuracy, 4),
-                      "generator": trainer.result().class_histogram,
-                      "synthetic": config.synthetic, "queries": config.queries}), flush=True)
+    emit({"device": describe_device(device), "dataset": args.dataset,
+          "baseline_test_accuracy": round(trained.test_accuracy, 4),
+          "generator": trainer.result().class_histogram,
+          "synthetic": config.synthetic, "queries": config.queries})
     parts = args.parts.split(",")
     if "students" in parts:
         vae = train_vae(synthetic, config=config.vae, seed=config.seed + 3, device=device,
@@ -108,11 +111,11 @@ def main() -> None:
             with torch.no_grad():
                 counts = torch.bincount(result.model(test).argmax(dim=1),
                                         minlength=dataset.num_classes)
-            print(json.dumps({"student": name, "test_accuracy": round(result.test_accuracy, 4),
-                              "largest_class_share": round(float(counts.max() / counts.sum()),
-                                                           3),
-                              "curve": [round(a, 4) for _, a in result.curve],
-                              "seconds": round(time.perf_counter() - start, 1)}), flush=True)
+            share = float(counts.max() / counts.sum())
+            emit({"student": name, "test_accuracy": round(result.test_accuracy, 4),
+                  "largest_class_share": round(share, 3),
+                  "curve": [round(a, 4) for _, a in result.curve],
+                  "seconds": round(time.perf_counter() - start, 1)})
     if "teachers" in parts:
         draws = np.random.default_rng(0)
         for n, epochs, augment in ((240, 40, False), (240, 40, True), (2400, 20, False),
@@ -133,9 +136,9 @@ def main() -> None:
                                       for i in range(0, synthetic.shape[0], 2000)])
                 accuracy.append(round(fitted.test_accuracy, 4))
                 agreement.append(round(float((read == labels_all).float().mean()), 4))
-            print(json.dumps({"teacher_records": n, "epochs": epochs, "augment": augment,
-                              "test_accuracy": accuracy,
-                              "agreement_with_baseline_on_synthetic": agreement}), flush=True)
+            emit({"teacher_records": n, "epochs": epochs, "augment": augment,
+                  "test_accuracy": accuracy,
+                  "agreement_with_baseline_on_synthetic": agreement})
 
 
 if __name__ == "__main__":
