@@ -28,7 +28,7 @@ from dpkd_audit.pipelines.common.ensemble import (
     teacher_slice,
     train_ensemble,
 )
-from dpkd_audit.pipelines.common.generator import GeneratorConfig
+from dpkd_audit.pipelines.common.generator import GeneratorConfig, GeneratorOutput
 from dpkd_audit.pipelines.common.student import StudentConfig
 from dpkd_audit.pipelines.common.teacher import TeacherConfig
 from dpkd_audit.pipelines.common.tnar import (
@@ -451,6 +451,11 @@ def test_paper_settings():
     assert config.generator.beta == 0.0
     assert DgdConfig.small(mode="sound", epsilon=1.0).queries is None
     assert DgdConfig.paper().ensemble.widths == (64, 128)
+    paper_generator = DgdConfig.paper().generator
+    assert (paper_generator.width, paper_generator.batch_size, paper_generator.steps) \
+        == (128, 512, 4000)
+    assert paper_generator.output is GeneratorOutput.STANDARDISED
+    assert paper_generator.learning_rate == 0.2 and paper_generator.bn_eps == 0.8
     assert dataclasses.replace(config, mode=DgdMode.SOUND, epsilon=2.0).epsilon == 2.0
 
 
