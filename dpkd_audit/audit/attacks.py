@@ -35,6 +35,7 @@ from dpkd_audit.audit.outputs import (
     describe_float_key,
     describe_keys,
     float_bit_keys,
+    structure_keys,
 )
 
 __all__ = ["Attack", "Candidate", "Selection", "select_event"]
@@ -53,7 +54,7 @@ class Attack(enum.Enum):
     #: (DP-Sniper, Bichsel et al., IEEE S&P 2021).
     CLASSIFIER = "classifier"
     #: Bit-level features of floating-point outputs (Mironov, CCS 2012), then a histogram attack
-    #: on them.
+    #: on them (scalars, or the most different coordinates of float arrays).
     FLOAT_BITS = "float_bits"
     #: A threshold on the one coordinate of a vector output that differs most between the
     #: inputs (e.g. the changed cell of a noisy count matrix).
@@ -61,15 +62,17 @@ class Attack(enum.Enum):
     #: Every attack that applies to the output type competes: scalar ints -> HISTOGRAM,
     #: THRESHOLD; scalar floats -> THRESHOLD, HISTOGRAM, FLOAT_BITS; arrays and records ->
     #: HISTOGRAM (whole outputs, and their discrete part: missing-value pattern and discrete
-    #: columns), COORDINATE, CLASSIFIER; other values -> HISTOGRAM. Each proposes events on one
-    #: half of the selection samples and the best on the other half wins (still chosen on the
-    #: selection samples only). This audits the *implementation*: a textbook floating-point
-    #: sampler is flagged for its floating-point artefacts even when its real-valued design is
-    #: private.
+    #: columns), COORDINATE, CLASSIFIER, and FLOAT_BITS on the most different coordinates of
+    #: float arrays; other values -> HISTOGRAM (whole outputs and their structure). Each
+    #: proposes events on one half of the selection samples and the best on the other half
+    #: wins (still chosen on the selection samples only). This audits the *implementation*: a
+    #: textbook floating-point sampler is flagged for its floating-point artefacts even when
+    #: its real-valued design is private. The default policy (see
+    #: :func:`~dpkd_audit.audit.auditor.resolve_attack`).
     AUTO = "auto"
     #: AUTO without FLOAT_BITS: audits the real-valued (idealised) mechanism, ignoring how its
-    #: outputs sit on the floating-point grid. The default policy (see
-    #: :func:`~dpkd_audit.audit.auditor.audit_sampler`).
+    #: outputs sit on the floating-point grid (the default only for package mechanisms that
+    #: declare textbook floating-point output).
     AUTO_REAL = "auto_real"
 
 
@@ -326,6 +329,32 @@ def projection_candidate(halves: Halves, sel: Selection, spec: FeatureSpec) -> C
                             "discrete part (missing values, discrete columns)")
 
 
+def structure_candidates(halves: Halves, sel: Selection) -> list[Candidate]:
+    """Histogram attacks on the structure of object outputs (lengths, types, discrete part).
+
+    Two projections (:func:`~dpkd_audit.audit.outputs.structure_keys`): the discrete part
+    (every value but the real numbers, with the lengths), and the shape alone (types and
+    lengths). Each is a fixed function of one output, so its events are fixed events.
+    """
+    found = []
+    for discrete, what in ((True, "structure and discrete values"), (False, "structure")):
+        codes: dict = {}
+        names: dict[int, str] = {}
+
+        def keys_of(outputs: Outputs, discrete: bool = discrete,
+                    codes: dict = codes) -> np.ndarray:
+            return structure_keys(outputs, discrete=discrete, codes=codes)
+
+        def describe(event: np.ndarray, codes: dict = codes,
+                     names: dict[int, str] = names) -> list[str]:
+            if not names:
+                names.update({v: " ".join(repr(k).split())[:60] for k, v in codes.items()})
+            return [names.get(int(k), f"<key {int(k)}>") for k in event[:5]]
+
+        found.append(_keyed_candidate(halves, keys_of, sel, Attack.HISTOGRAM, describe, what))
+    return found
+
+
 # --------------------------------------------------------------------------- float bits
 
 def _float_dtype(outputs: Outputs) -> np.dtype:
@@ -333,25 +362,49 @@ def _float_dtype(outputs: Outputs) -> np.dtype:
     return dtype if dtype in (np.float32, np.float64) else np.dtype(np.float64)
 
 
-def float_bits_candidate(halves: Halves, sel: Selection) -> Candidate:
-    """Best set of (sign, binade, low-bit pattern) outcomes of floating-point scalar outputs.
+def float_bits_candidate(halves: Halves, sel: Selection, *,
+                         column: int | None = None) -> Candidate:
+    """Best set of (sign, binade, low-bit pattern) outcomes of floating-point outputs.
 
     Mironov, CCS 2012, Section 3 (see :func:`~dpkd_audit.audit.outputs.float_bit_keys`): two
     patterns are tried (trailing zero bits of the significand; its lowest bits), each with the
     histogram attack, and the better on the held-out criterion is kept.
+
+    Args:
+        halves: The selection samples.
+        sel: Shared selection parameters.
+        column: For float array outputs, the coordinate (of the flattened output) whose bits
+            are read, in its own dtype; ``None`` for scalar outputs.
     """
     dtype = _float_dtype(halves.propose_a)
+
+    def values_of(outputs: Outputs) -> np.ndarray:
+        if column is None:
+            return outputs.data
+        return np.ascontiguousarray(outputs.data.reshape(len(outputs), -1)[:, column])
+
+    what = "bit pattern" if column is None else f"bit pattern of coordinate {column}"
     found = []
     for low in (False, True):
         def keys_of(outputs: Outputs, low: bool = low) -> np.ndarray:
-            return float_bit_keys(outputs.data, low_bits=low)
+            return float_bit_keys(values_of(outputs), low_bits=low)
 
         def describe(event: np.ndarray, low: bool = low) -> list[str]:
             return [describe_float_key(int(k), low_bits=low, dtype=dtype) for k in event[:5]]
 
-        found.append(_keyed_candidate(halves, keys_of, sel, Attack.FLOAT_BITS, describe,
-                                      "bit pattern"))
+        found.append(_keyed_candidate(halves, keys_of, sel, Attack.FLOAT_BITS, describe, what))
     return max(found, key=lambda c: c.criterion)
+
+
+def float_bits_array_candidate(halves: Halves, sel: Selection) -> Candidate:
+    """:func:`float_bits_candidate` on each of the coordinates that differ most between inputs.
+
+    A textbook floating-point sampler of a vector (``x + noise`` coordinate-wise) leaks through
+    the bits of the coordinates in which the inputs differ, the ones :func:`_top_columns`
+    finds on the proposal part; the best coordinate on the held-out part wins.
+    """
+    return max((float_bits_candidate(halves, sel, column=int(j)) for j in _top_columns(halves)),
+               key=lambda c: c.criterion)
 
 
 # --------------------------------------------------------------------------- classifier
@@ -411,6 +464,23 @@ def _midpoints(pa: np.ndarray, pb: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(mid), mid, 0.0)
 
 
+def _top_columns(halves: Halves) -> np.ndarray:
+    """The :data:`COORDINATES_TRIED` columns whose proposal samples differ most between inputs.
+
+    Two-sample z-score of the means, NaN read as 0; a column constant on each side but
+    different between them is the most telling of all (e.g. an exact count leaked beside noisy
+    ones): infinite z, never 0.
+    """
+    pa, pb = flat_columns(halves.propose_a), flat_columns(halves.propose_b)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ca, cb = np.where(np.isfinite(pa), pa, 0.0), np.where(np.isfinite(pb), pb, 0.0)
+        spread = np.sqrt(ca.var(axis=0) / len(ca) + cb.var(axis=0) / len(cb))
+        gap = np.abs(ca.mean(axis=0) - cb.mean(axis=0))
+        z_mean = np.where(spread > 0, gap / np.where(spread > 0, spread, 1.0),
+                          np.where(gap > 0, np.inf, 0.0))
+    return np.argsort(-z_mean, kind="stable")[:COORDINATES_TRIED]
+
+
 def coordinate_candidate(halves: Halves, sel: Selection) -> Candidate:
     """Thresholds on the coordinates that differ most between the two inputs.
 
@@ -426,15 +496,7 @@ def coordinate_candidate(halves: Halves, sel: Selection) -> Candidate:
     """
     pa, pb = flat_columns(halves.propose_a), flat_columns(halves.propose_b)
     sa, sb = flat_columns(halves.score_a), flat_columns(halves.score_b)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ca, cb = np.where(np.isfinite(pa), pa, 0.0), np.where(np.isfinite(pb), pb, 0.0)
-        spread = np.sqrt(ca.var(axis=0) / len(ca) + cb.var(axis=0) / len(cb))
-        gap = np.abs(ca.mean(axis=0) - cb.mean(axis=0))
-        # a column constant on each side but different between them is the most telling of
-        # all (e.g. an exact count leaked beside noisy ones): infinite z, never 0
-        z_mean = np.where(spread > 0, gap / np.where(spread > 0, spread, 1.0),
-                          np.where(gap > 0, np.inf, 0.0))
-    order = np.argsort(-z_mean, kind="stable")[:COORDINATES_TRIED]
+    order = _top_columns(halves)
     found = []
     for j in order:
         def column(outputs: Outputs, j: int = int(j)) -> np.ndarray:
@@ -471,22 +533,34 @@ _APPLICABLE = {
     Attack.CLASSIFIER: {OutputKind.SCALAR_FLOAT, OutputKind.SCALAR_INT, OutputKind.ARRAY,
                         OutputKind.STRUCTURED},
     Attack.COORDINATE: {OutputKind.ARRAY, OutputKind.STRUCTURED},
-    Attack.FLOAT_BITS: {OutputKind.SCALAR_FLOAT},
+    Attack.FLOAT_BITS: {OutputKind.SCALAR_FLOAT, OutputKind.ARRAY},
 }
 
 
-def auto_attacks(kind: OutputKind, *, float_bits: bool = True) -> list[Attack]:
+def _applies(attack: Attack, outputs: Outputs) -> bool:
+    """Whether ``attack`` applies to this batch (float bits: floating-point values only)."""
+    if outputs.kind not in _APPLICABLE[attack]:
+        return False
+    return attack is not Attack.FLOAT_BITS or outputs.data.dtype.kind == "f"
+
+
+def auto_attacks(kind: OutputKind, *, float_bits: bool = True,
+                 floating: bool = True) -> list[Attack]:
     """The attacks AUTO (``float_bits=False``: AUTO_REAL) runs for this kind of output.
 
-    Every applicable attack competes; the held-out criterion picks the winner.
+    Every applicable attack competes; the held-out criterion picks the winner. ``floating``:
+    whether the outputs are floating-point numbers (float bits apply to those only).
     """
+    bits = [Attack.FLOAT_BITS] if float_bits and floating else []
     if kind is OutputKind.SCALAR_INT:
         return [Attack.HISTOGRAM, Attack.THRESHOLD]
     if kind is OutputKind.SCALAR_FLOAT:
-        return [Attack.THRESHOLD, Attack.HISTOGRAM] + ([Attack.FLOAT_BITS] if float_bits else [])
+        return [Attack.THRESHOLD, Attack.HISTOGRAM, *bits]
     if kind is OutputKind.OBJECT:
         return [Attack.HISTOGRAM]
-    return [Attack.HISTOGRAM, Attack.COORDINATE, Attack.CLASSIFIER]
+    if kind is OutputKind.STRUCTURED:
+        return [Attack.HISTOGRAM, Attack.COORDINATE, Attack.CLASSIFIER]
+    return [Attack.HISTOGRAM, Attack.COORDINATE, Attack.CLASSIFIER, *bits]
 
 
 def select_event(a: Outputs, b: Outputs, attack: Attack, sel: Selection,
@@ -505,14 +579,16 @@ def select_event(a: Outputs, b: Outputs, attack: Attack, sel: Selection,
         raise ValueError(f"attack must be an Attack ({', '.join(x.name for x in Attack)}); "
                          f"got {attack!r}")
     if attack in (Attack.AUTO, Attack.AUTO_REAL):
-        attacks = auto_attacks(a.kind, float_bits=attack is Attack.AUTO)
+        attacks = auto_attacks(a.kind, float_bits=attack is Attack.AUTO,
+                               floating=a.data.dtype.kind == "f")
     else:
         attacks = [attack]
     for chosen in attacks:
-        if a.kind not in _APPLICABLE[chosen]:
-            usable = ([x.name for x in _APPLICABLE if a.kind in _APPLICABLE[x]]
-                      + ["AUTO", "AUTO_REAL"])
-            raise ValueError(f"attack {chosen.name} does not apply to {a.kind.value} outputs; "
+        if not _applies(chosen, a):
+            usable = [x.name for x in _APPLICABLE if _applies(x, a)] + ["AUTO", "AUTO_REAL"]
+            what = f"{a.kind.value} outputs of dtype {a.data.dtype}" \
+                if a.kind is not OutputKind.OBJECT else f"{a.kind.value} outputs"
+            raise ValueError(f"attack {chosen.name} does not apply to {what}; "
                              f"use one of {', '.join(usable)}")
     halves = split_selection(a, b)
     vector = a.kind in (OutputKind.ARRAY, OutputKind.STRUCTURED)
@@ -532,8 +608,11 @@ def select_event(a: Outputs, b: Outputs, attack: Attack, sel: Selection,
             candidates.append(histogram_candidate(halves, sel, coder))
             if vector and features().has_discrete_part:
                 candidates.append(projection_candidate(halves, sel, features()))
+            if a.kind is OutputKind.OBJECT:
+                candidates.extend(structure_candidates(halves, sel))
         elif chosen is Attack.FLOAT_BITS:
-            candidates.append(float_bits_candidate(halves, sel))
+            candidates.append(float_bits_array_candidate(halves, sel) if vector
+                              else float_bits_candidate(halves, sel))
         elif chosen is Attack.COORDINATE:
             candidates.append(coordinate_candidate(halves, sel))
         else:

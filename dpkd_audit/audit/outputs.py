@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["OutputKind", "Outputs", "float_bit_keys", "prepare_outputs"]
+__all__ = ["ArrayValue", "OutputKind", "Outputs", "float_bit_keys", "prepare_outputs",
+           "structure_keys"]
 
 
 class OutputKind(enum.Enum):
@@ -64,9 +65,17 @@ class Outputs:
         return (self.kind, self.data.dtype.kind == "f", self.item_shape)
 
 
+class ArrayValue(NamedTuple):
+    """A numpy array inside an object output, as a hashable value (its dtype, shape, bytes)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    data: bytes
+
+
 def _hashable(value: Any) -> Any:
     if isinstance(value, np.ndarray):
-        return (value.dtype.str, value.shape, value.tobytes())
+        return ArrayValue(value.dtype.str, value.shape, value.tobytes())
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, list | tuple):
@@ -207,6 +216,46 @@ class KeyCoder:
             return np.fromiter((self._codes.setdefault(v, len(self._codes)) for v in data),
                                dtype=np.int64, count=len(data))
         return _row_hash(data)
+
+
+def _skeleton(value: Any, discrete: bool) -> Any:
+    """The structure of one object output: types and lengths, and its discrete values if asked.
+
+    Real numbers (and float arrays) become their type alone; integers, booleans, strings and
+    integer arrays keep their value when ``discrete`` (else their type); tuples keep their
+    length and the skeletons of their items.
+    """
+    if isinstance(value, ArrayValue):
+        kind = np.dtype(value.dtype).kind
+        if discrete and kind in "biuUSa":
+            return value
+        return ("array", value.dtype, value.shape)
+    if isinstance(value, tuple):
+        return (len(value), *(_skeleton(v, discrete) for v in value))
+    if isinstance(value, bool | int | str | bytes) or value is None:
+        return value if discrete else type(value).__name__
+    if isinstance(value, float):
+        return "float"
+    return type(value).__name__
+
+
+def structure_keys(outputs: Outputs, *, discrete: bool,
+                   codes: dict[Any, int]) -> np.ndarray:
+    """int64 keys of the structure of object outputs (see :func:`_skeleton`).
+
+    A data-dependent length (a ragged list, a sparse vector's answers) or a discrete part
+    (the string of a ``(str, float)`` tuple) makes every whole output unique, so the histogram
+    attack on whole outputs counts nothing; their structure recurs. Each key is a fixed
+    function of one output, numbered through ``codes`` (shared by every batch of one event,
+    so a key names the same structure on the selection and on the bounding part).
+
+    Args:
+        outputs: A batch of ``OutputKind.OBJECT`` outputs.
+        discrete: Keep the discrete values (else types and lengths only).
+        codes: The numbering, updated in place.
+    """
+    return np.fromiter((codes.setdefault(_skeleton(v, discrete), len(codes))
+                        for v in outputs.data), dtype=np.int64, count=len(outputs))
 
 
 def describe_keys(wanted: np.ndarray, keys: np.ndarray, outputs: Outputs) -> list[str]:

@@ -131,8 +131,8 @@ def many_run_bound(scores_x: Any, scores_x_prime: Any, *, epsilon: float, delta:
         selection_fraction: Share of each side's runs that choose the event, in (0, 1); each
             part keeps at least ``MIN_PART`` runs.
         rng: Randomness of the attack's internal splits.
-        attack: How to choose the event (default: THRESHOLD for scalar scores, AUTO_REAL
-            otherwise).
+        attack: How to choose the event (default: THRESHOLD for scalar scores, AUTO, float
+            bits included, otherwise).
         name: What was audited (recorded in the result).
 
     Returns:

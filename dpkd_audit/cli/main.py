@@ -379,8 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attack", type=_attack_name, metavar="ATTACK",
                    help="force an attack, by the name the JSON records use (auto, auto_real, "
                         "threshold, histogram, classifier, coordinate, float_bits; dashes "
-                        "accepted) (default: auto_real for textbook float samplers, auto for "
-                        "the others; the result says which ran and why)")
+                        "accepted) (default: auto_real for the package's textbook float "
+                        "mechanisms, auto, float bits included, for everything else; the "
+                        "result says which ran and why)")
     p.add_argument("--seed", type=int, default=0, help="seed of the audit's randomness")
     p.add_argument("--workers", type=int_at_least(1), metavar="W",
                    help="draw the bounding samples in W parts per input, each from its own "
