@@ -27,12 +27,26 @@ ShuffledLocalDpEvent(eps0, n)        binary RR at eps0: sound, but the shuffle  
 Events with a declared delta > 0 (``ApproxDpEvent``, ``ShuffledHistogramDpEvent``) have no
 dp_accounting equivalent and are refused with a :class:`NoEquivalentEventError` naming them;
 so is any other event type of neither package. dp_accounting's own events pass through
-unchanged. This package's events are declared for replace-one neighbours: give dp_accounting's
-accountants ``NeighboringRelation.REPLACE_ONE`` (its ``RdpAccountant`` refuses randomized
-response under its default add/remove-one). Caution (dp_accounting 0.6.0): its
-``PLDAccountant`` counts a ``RandomizedResponseDpEvent`` once however many times it is composed
-(even inside ``SelfComposedDpEvent``); its ``RdpAccountant``, and this package's accountants,
-count it right.
+unchanged.
+
+Which neighbouring relation to give dp_accounting (0.6.0). This package's noise parameters are
+per unit shift of the declared neighbours (a Gaussian's sigma, a Laplace's scale, for the L2 /
+L1 distance one record moves the output). dp_accounting reads its relation differently per
+accountant:
+
+- ``RdpAccountant(neighboring_relation=REPLACE_ONE)`` gives this package's figures (it does not
+  rescale the Gaussian; it refuses randomized response under its default add/remove-one).
+  Measured: 10 x ``GaussianDpEvent(1)`` at delta 1e-5: 19.054 (ours by RDP: 19.047).
+- Its ``PLDAccountant`` under ``REPLACE_ONE`` **doubles the Gaussian's sensitivity** (a
+  replacement as a removal plus an addition) and refuses Laplace events: the same 10 x
+  ``GaussianDpEvent(1)`` gives 46.21 where ours (PLD) gives 17.857. Under ``ADD_OR_REMOVE_ONE``
+  it gives 17.857 for Gaussian and Laplace leaves, but refuses randomized response. So for a
+  tree that mixes them there is no one relation under which its PLD gives our figure: use its
+  ``RdpAccountant`` under ``REPLACE_ONE``, or its ``PLDAccountant`` under
+  ``ADD_OR_REMOVE_ONE`` for trees of Gaussian and Laplace leaves only.
+- Caution: its ``PLDAccountant`` counts a ``RandomizedResponseDpEvent`` once however many times
+  it is composed (even inside ``SelfComposedDpEvent``); its ``RdpAccountant``, and this
+  package's accountants, count it right.
 """
 
 from __future__ import annotations

@@ -115,3 +115,28 @@ def test_foreign_event_types_are_refused():
 
     with pytest.raises(NoEquivalentEventError, match="Foreign"):
         to_dp_accounting(Foreign())
+
+
+def test_the_relations_the_docstring_advises_give_our_figures():
+    """dp_accounting's RDP under REPLACE_ONE and its PLD under ADD_OR_REMOVE_ONE give our
+    Gaussian figures; its PLD under REPLACE_ONE doubles the sensitivity (the documented
+    caution: it fails if dp_accounting changes this)."""
+    from dp_accounting.pld import PLDAccountant as DpaPLD
+    from dp_accounting.privacy_accountant import NeighboringRelation as DpaRelation
+
+    from dpkd_audit.accountants import PLDAccountant
+
+    event = _dp.SelfComposedDpEvent(_dp.GaussianDpEvent(1.0), 10)
+    ours_pld, ours_rdp = PLDAccountant(), RDPAccountant()
+    ours_pld.compose(event)
+    ours_rdp.compose(event)
+    theirs = {}
+    for name, accountant in (
+            ("rdp_replace", DpaRDP(neighboring_relation=DpaRelation.REPLACE_ONE)),
+            ("pld_add_remove", DpaPLD(DpaRelation.ADD_OR_REMOVE_ONE)),
+            ("pld_replace", DpaPLD(DpaRelation.REPLACE_ONE))):
+        accountant.compose(event)
+        theirs[name] = accountant.get_epsilon(1e-5)
+    assert theirs["rdp_replace"] == pytest.approx(ours_rdp.get_epsilon(1e-5), rel=1e-3)
+    assert theirs["pld_add_remove"] == pytest.approx(ours_pld.get_epsilon(1e-5), rel=1e-3)
+    assert theirs["pld_replace"] > 2 * ours_pld.get_epsilon(1e-5)
