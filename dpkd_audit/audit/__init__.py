@@ -9,7 +9,8 @@
 - :func:`search_neighbouring_pair`: pick the most telling pair among candidate inputs on a pilot
   sample, then audit it on fresh samples.
 - :func:`clopper_pearson`, :func:`epsilon_lower_bound`, :func:`optimal_attainable_bound`: the
-  statistics, and the benchmark an audit is compared with.
+  statistics, and the benchmark an audit is compared with; :func:`attainable_epsilon`: that
+  benchmark for a mechanism's DP event (its privacy-loss tails).
 - ``controls`` (loaded on first access): mechanisms that are wrong on purpose.
 
 Never imports torch.
@@ -21,6 +22,7 @@ import importlib
 from typing import Any
 
 from dpkd_audit.audit.attacks import Attack
+from dpkd_audit.audit.attainable import attainable_epsilon
 from dpkd_audit.audit.auditor import (
     POWER_FRACTION,
     AuditResult,
@@ -43,6 +45,7 @@ __all__ = [
     "AuditResult",
     "ProbabilityKind",
     "Verdict",
+    "attainable_epsilon",
     "audit_mechanism",
     "audit_sampler",
     "clopper_pearson",

@@ -1,0 +1,91 @@
+"""The best bound an audit of a declared mechanism could attain: its privacy-loss tails.
+
+An audit counts one event S on ``n`` samples per side and reports the Clopper-Pearson bound
+``ln((LCB(P_x(S)) - delta) / UCB(P_x'(S)))``. For a mechanism whose privacy loss
+``L = ln(p_x(y) / p_x'(y))`` has a known distribution (its :class:`~dp_accounting.dp_event.
+DpEvent`'s privacy-loss distribution, PLD), the most powerful events are the loss tails
+``S_l = {y : L(y) >= l}`` (Neyman-Pearson), with
+
+    P_x(S_l) = P_{L ~ x}(L >= l),      P_x'(S_l) = E_{L ~ x}[exp(-L) 1{L >= l}]
+
+(the second by the change of measure ``p_x' = exp(-L) p_x``). :func:`attainable_epsilon`
+evaluates :func:`~dpkd_audit.audit.bounds.optimal_attainable_bound` at those pairs, for every
+``l`` on the PLD's grid and both directions (the PLD's "remove" and "add" pmfs): the bound an
+auditor that knew the optimal event and drew exactly the expected counts would report. For an
+(epsilon, delta) mechanism at small delta this is well below epsilon at any practical ``n``
+(the tail events that reach epsilon have probability near delta): what a user should compare
+an audit with, rather than the claim alone.
+
+The PLD is the package's pessimistic one (:meth:`~dpkd_audit.accountants.PLDAccountant.
+event_pld`: losses rounded up to a grid of step ``1e-4``), so the figure is at most that much
+above the exact one. It is the attainable bound of the event's *dominating pair*; an audit on
+another pair of the mechanism's inputs can attain less.
+
+Never imports torch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from dp_accounting import dp_event as _dp
+
+from dpkd_audit import _validate
+from dpkd_audit.accountants.pld import PLDAccountant
+from dpkd_audit.audit.bounds import optimal_attainable_bound
+
+__all__ = ["attainable_epsilon", "loss_tail_events"]
+
+
+def loss_tail_events(event: _dp.DpEvent) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(P_x(S_l), P_x'(S_l))`` over the loss grid, one pair of arrays per direction.
+
+    Args:
+        event: A DP event the package's :class:`~dpkd_audit.accountants.PLDAccountant`
+            accounts (its neighbouring relation: replace-one, the package's).
+
+    Raises:
+        UnsupportedEventError: If the PLD accountant refuses the event.
+        ValueError: If the event has no finite PLD.
+    """
+    pld = PLDAccountant().event_pld(event)
+    pairs = []
+    # dp_accounting 0.6.0 exposes the two directions' pmfs and a dense pmf's grid only as
+    # attributes (its own modules read them the same way)
+    for pmf in (pld._pmf_remove, pld._pmf_add):
+        dense = pmf.to_dense_pmf()
+        probs = np.asarray(dense._probs, dtype=np.float64)
+        losses = (dense._lower_loss + np.arange(probs.size)) * dense._discretization
+        infinity = float(dense._infinity_mass)
+        order = np.argsort(-losses, kind="stable")
+        tail_x = np.cumsum(probs[order]) + infinity
+        tail_xp = np.cumsum(probs[order] * np.exp(-losses[order]))
+        pairs.append((np.clip(tail_x, 0.0, 1.0), np.clip(tail_xp, 0.0, 1.0)))
+    return pairs
+
+
+def attainable_epsilon(event: _dp.DpEvent, *, n: int, delta: float = 0.0,
+                       confidence: float = 0.95) -> float:
+    """The best epsilon lower bound an audit with ``n`` bounding samples per side can attain.
+
+    Args:
+        event: The mechanism's DP event (e.g. ``Gaussian(...).event``).
+        n: Samples per side counted by the bound (an integer >= 1): an audit of ``N``
+            samples counts ``N`` minus its selection part.
+        delta: The claimed delta, in [0, 1).
+        confidence: Confidence of the bound, in (0, 1).
+
+    Returns:
+        The attainable bound (>= 0).
+
+    Raises:
+        ValueError: If an argument is out of range (the message names it) or the event has no
+            finite PLD.
+        UnsupportedEventError: If the PLD accountant refuses the event.
+    """
+    n = _validate.check_int("n", n, minimum=1)
+    delta = _validate.check_delta(delta)
+    best = 0.0
+    for tail_x, tail_xp in loss_tail_events(event):
+        best = max(best, optimal_attainable_bound(tail_x, tail_xp, n=n, delta=delta,
+                                                  confidence=confidence))
+    return best
