@@ -12,7 +12,13 @@ Samplers written here, outside the package's mechanism classes, the way a user w
   claim 1, true epsilon <= 1 (post-processing), attainable about 1.
 - ``Laplace clipped, half noise``: Laplace with b = 0.5 instead of 1 clipped to [-1, 2]; claim 1,
   true epsilon 2.
-- ``Laplace``: the textbook control, claim 1 (target >= 0.98 at 10^6 per side in < 5 s).
+- ``Laplace``: the textbook control, claim 1 (target >= 0.98 at 10^6 per side in < 5 s with
+  ``--attack auto_real``; the default, AUTO since issue 31, flags its float bits).
+- ``ragged answers, length leaks`` (issue 31): a list of 1-3 integer answers, one more for
+  input 1 with probability 0.1 (a length input 0 never gives: not DP).
+- ``(label, value), exact label`` (issue 31): a ``(str, float)`` tuple whose label compares the
+  exact input with a cut (plus a little noise): the label alone has epsilon
+  ln(Phi(5/3) / Phi(-5/3)) = 2.99, the pair 2.99 + 1 = 3.99 (independent given the input); claim 1.
 
 Usage: ``python benchmarks/audit_blind_spots.py [--samples N] [--seed S]``.
 """
@@ -58,12 +64,25 @@ def laplace(x, n, rng):
     return x + rng.laplace(0.0, 1.0, size=n)
 
 
+def ragged_answers(x, n, rng):
+    lengths = 1 + rng.integers(0, 3, n) + x * (rng.random(n) < 0.1)
+    return [(rng.geometric(0.5, int(k)) - rng.geometric(0.5, int(k))).tolist() for k in lengths]
+
+
+def labelled_values(x, n, rng):
+    values = x + rng.laplace(0.0, 1.0, n)
+    labels = np.where(x + rng.normal(0.0, 0.3, n) > 0.5, "high", "low")
+    return [(str(s), float(v)) for s, v in zip(labels, values, strict=True)]
+
+
 CASES = [
     ("noisy-max (index, value) tuples", noisy_max_tuples, np.zeros(5), np.ones(5), 1.0, 2.5),
     ("sparse vector, NaN = no answer", sparse_vector_nan, *_SVT.neighbours(), 1.0, float("inf")),
     ("Laplace rounded to 0.01", laplace_rounded, 0.0, 1.0, 1.0, 1.0),
     ("Laplace clipped, half noise", laplace_clipped_half_noise, 0.0, 1.0, 1.0, 2.0),
     ("Laplace", laplace, 0.0, 1.0, 1.0, 1.0),
+    ("ragged answers, length leaks", ragged_answers, 0, 1, 1.0, float("inf")),
+    ("(label, value), exact label", labelled_values, 0.0, 1.0, 1.0, 3.99),
 ]
 
 
