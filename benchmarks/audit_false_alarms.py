@@ -7,8 +7,10 @@ Laplace audit with the selection and the bound computed on the *same* samples (n
 show what the split guards against.
 
 Cases (the tests' configurations): binary randomized response, keep 3/4, epsilon ln 3, AUTO,
-400 samples per side; Laplace b = 1, epsilon 1, THRESHOLD, 1,000 per side; both at confidence
-0.95 and 0.5.
+400 samples per side; Laplace b = 1, epsilon 1, THRESHOLD, 1,000 per side; and (issue 31) a
+Laplace b = 1 whose outputs are rounded to multiples of 2^-10 (post-processing: still 1-DP, and
+its doubles lie on one grid whatever the input), audited with the default policy (AUTO: every
+attack competes, float bits included), 1,000 per side; each at confidence 0.95 and 0.5.
 
 Usage: ``python benchmarks/audit_false_alarms.py [--runs 1000]``.
 """
@@ -36,6 +38,10 @@ def laplace(x, n, rng):
     return x + rng.laplace(0.0, 1.0, n)
 
 
+def snapped_laplace(x, n, rng):
+    return np.round((x + rng.laplace(0.0, 1.0, n)) * 1024.0) / 1024.0
+
+
 def unsplit_laplace_violation(seed: int, n: int, confidence: float) -> bool:
     """Choose the threshold on the very samples that are then counted (the invalid audit)."""
     rng = np.random.default_rng(seed)
@@ -54,7 +60,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     args = parser.parse_args()
     cases = [("binary RR (AUTO, 400/side)", binary_rr(0.75), math.log(3), None, 400),
-             ("Laplace (THRESHOLD, 1000/side)", laplace, 1.0, Attack.THRESHOLD, 1000)]
+             ("Laplace (THRESHOLD, 1000/side)", laplace, 1.0, Attack.THRESHOLD, 1000),
+             ("Laplace on 2^-10 (AUTO, 1000/side)", snapped_laplace, 1.0, None, 1000)]
     for confidence in (0.95, 0.5):
         for name, sampler, eps, attack, n in cases:
             start = time.perf_counter()
