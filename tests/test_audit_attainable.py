@@ -51,3 +51,35 @@ def test_tails_are_probabilities_and_the_bound_grows_with_n():
 def test_bad_input_names_the_parameter(kwargs, match):
     with pytest.raises(ValueError, match=match):
         attainable_epsilon(_dp.LaplaceDpEvent(1.0), **kwargs)
+
+
+def test_audit_mechanism_reports_the_attainable_bound_beside_its_own():
+    import numpy as np
+
+    from dpkd_audit.audit import audit_mechanism
+
+    mech = Gaussian(epsilon=1.0, delta=1e-5)
+    result = audit_mechanism(mech, n=50_000, rng=np.random.default_rng(0), attainable=True)
+    assert result.epsilon_attainable == pytest.approx(
+        attainable_epsilon(mech.event, n=result.bound_samples, delta=1e-5), rel=1e-12)
+    # a Gaussian (1, 1e-5) audit at this size cannot reach half its claim: the attainable
+    # bound says so, and the audit reaches most of it
+    assert result.epsilon_attainable < 0.6
+    assert result.epsilon_lower >= 0.7 * result.epsilon_attainable
+    assert "attainable" in str(result) and "epsilon_attainable" in result.to_dict()
+    assert audit_mechanism(mech, n=5_000, rng=np.random.default_rng(0)).epsilon_attainable \
+        is None
+
+
+def test_audit_table_shows_the_attainable_column_when_records_have_it():
+    import numpy as np
+
+    from dpkd_audit.audit.suite import find_target, run_audits
+    from dpkd_audit.reports.audit import audit_markdown_table
+
+    records = list(run_audits([find_target("Laplace")], samples=5_000, confidence=0.95,
+                              rng=np.random.default_rng(0)))
+    assert records[0]["epsilon_attainable"] is not None
+    assert "| attainable |" in audit_markdown_table(records)
+    old = [{k: v for k, v in records[0].items() if k != "epsilon_attainable"}]
+    assert "attainable" not in audit_markdown_table(old)

@@ -143,6 +143,11 @@ class AuditResult:
             event's privacy loss (not a bound; ``inf`` when ``k_0 = 0``, 0 when nothing shows).
         seconds: Wall-clock time of the audit (sampling included).
         mechanism: Name of the audited mechanism, if known.
+        epsilon_attainable: For a mechanism audited with ``attainable=True``: the best bound
+            an audit of its claimed DP event could attain with ``bound_samples`` per side
+            (:func:`~dpkd_audit.audit.attainable.attainable_epsilon`); ``None`` otherwise or
+            when its event has no PLD. Compare ``epsilon_lower`` with it to see the audit's
+            power: for (epsilon, delta) claims it is well below epsilon.
     """
 
     epsilon_lower: float
@@ -162,6 +167,7 @@ class AuditResult:
     epsilon_estimate: float
     seconds: float
     mechanism: str | None = None
+    epsilon_attainable: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly record (the attack by its value)."""
@@ -176,10 +182,12 @@ class AuditResult:
                    Verdict.INCONCLUSIVE: "inconclusive (no power)"}[self.verdict]
         claim = (f"{self.epsilon_claimed:g}" if self.delta == 0
                  else f"({self.epsilon_claimed:g}, {self.delta:g})")
-        return (f"{self.mechanism or 'sampler'}: epsilon >= {self.epsilon_lower:.4f} at "
-                f"{self.confidence:.0%} (claimed {claim}); {verdict}; attack {self.attack.value},"
-                f" event {self.event} ({self.direction}), {self.samples_per_side} samples per "
-                f"side, {self.seconds:.2f} s")
+        attainable = ("" if self.epsilon_attainable is None
+                      else f" (attainable {self.epsilon_attainable:.4f})")
+        return (f"{self.mechanism or 'sampler'}: epsilon >= {self.epsilon_lower:.4f}{attainable}"
+                f" at {self.confidence:.0%} (claimed {claim}); {verdict}; attack "
+                f"{self.attack.value}, event {self.event} ({self.direction}), "
+                f"{self.samples_per_side} samples per side, {self.seconds:.2f} s")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -376,7 +384,8 @@ def audit_sampler(sampler: Sampler, x: Any, x_prime: Any, *, epsilon: float,
 def audit_mechanism(mechanism: Any, *, n: int = DEFAULT_SAMPLES, confidence: float = 0.95,
                     rng: np.random.Generator, attack: Attack | None = None,
                     selection_fraction: float | None = None, workers: int | None = None,
-                    executor: ExecutorConfig | None = None) -> AuditResult:
+                    executor: ExecutorConfig | None = None,
+                    attainable: bool = False) -> AuditResult:
     """Audit a mechanism of the package (or any object with its contract) on its neighbours.
 
     Uses ``mechanism.neighbours()`` for the pair, ``mechanism.sample(x, n, rng=rng)`` for the
@@ -400,6 +409,9 @@ def audit_mechanism(mechanism: Any, *, n: int = DEFAULT_SAMPLES, confidence: flo
             :data:`DEFAULT_SELECTION_FRACTION`).
         workers: Parts the bounding outputs are drawn in (see :func:`audit_sampler`).
         executor: Where the parts run (see :func:`audit_sampler`).
+        attainable: Also compute ``epsilon_attainable``, the best bound an audit of the
+            mechanism's claimed DP event (``mechanism.event``) could attain with the same
+            bounding samples (about a second; ``None`` when the event has no PLD).
 
     Returns:
         The :class:`AuditResult` (``mechanism`` set to the class name).
@@ -417,11 +429,22 @@ def audit_mechanism(mechanism: Any, *, n: int = DEFAULT_SAMPLES, confidence: flo
     attack, policy = resolve_attack(attack, mechanism)
     if view is not None:  # post-processing: a bound on the view is a bound on the mechanism
         policy += f"; outputs reduced by the mechanism's audit view: {view.description}"
-    return audit_sampler(sampler, *pair, epsilon=epsilon, delta=delta, n=n,
-                         confidence=confidence, rng=rng, attack=attack,
-                         selection_fraction=selection_fraction,
-                         mechanism=type(mechanism).__name__, policy=policy, workers=workers,
-                         executor=executor)
+    result = audit_sampler(sampler, *pair, epsilon=epsilon, delta=delta, n=n,
+                           confidence=confidence, rng=rng, attack=attack,
+                           selection_fraction=selection_fraction,
+                           mechanism=type(mechanism).__name__, policy=policy, workers=workers,
+                           executor=executor)
+    if attainable and getattr(mechanism, "event", None) is not None:
+        from dpkd_audit.accountants.base import UnsupportedEventError
+        from dpkd_audit.audit.attainable import attainable_epsilon
+
+        try:
+            best = attainable_epsilon(mechanism.event, n=result.bound_samples, delta=delta,
+                                      confidence=result.confidence)
+        except (UnsupportedEventError, ValueError):
+            best = None  # no PLD for this event (e.g. non-private, or beyond the PLD grid)
+        result = dataclasses.replace(result, epsilon_attainable=best)
+    return result
 
 
 def mechanism_sampler(mechanism: Any) -> tuple[Sampler, tuple[Any, Any], AuditView | None]:

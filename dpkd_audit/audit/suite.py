@@ -92,8 +92,13 @@ def run_audits(targets: list[AuditTarget], *, samples: int, confidence: float,
                rng: np.random.Generator, max_values: int = 5_000_000,
                attack: Attack | None = None,
                epsilon: float | None = None, workers: int | None = None,
-               executor: ExecutorConfig | None = None) -> Iterator[dict[str, Any]]:
+               executor: ExecutorConfig | None = None,
+               attainable: bool = True) -> Iterator[dict[str, Any]]:
     """Audit each target and yield one JSON-ready record per target.
+
+    ``attainable``: each record also holds ``epsilon_attainable``, the best bound an audit of
+    the mechanism's claimed event could attain with the same samples (see
+    :func:`~dpkd_audit.audit.auditor.audit_mechanism`).
 
     ``workers`` / ``executor``: the bounding outputs drawn in parts, possibly on a Ray cluster
     (see :func:`~dpkd_audit.audit.auditor.audit_sampler`); recorded as ``workers`` and
@@ -108,7 +113,7 @@ def run_audits(targets: list[AuditTarget], *, samples: int, confidence: float,
             mechanism = with_epsilon(mechanism, epsilon)
         n = _samples_within(mechanism, samples, max_values, rng)
         result = audit_mechanism(mechanism, n=n, confidence=confidence, rng=rng, attack=attack,
-                                 workers=workers, executor=executor)
+                                 workers=workers, executor=executor, attainable=attainable)
         record = result.to_dict()
         if workers is not None:
             record["workers"] = workers

@@ -49,15 +49,20 @@ def audit_markdown_table(records: Sequence[dict[str, Any]]) -> str:
     With more than one record, a last line says that each bound holds at its confidence per
     audit, not jointly over the table.
     """
-    lines = ["| mechanism | claimed eps | eps lower bound | lower / claimed | verdict | attack | "
-             "samples per side | seconds |", "|---|---:|---:|---:|---|---|---:|---:|"]
+    attainable = any(r.get("epsilon_attainable") is not None for r in records)
+    lines = ["| mechanism | claimed eps | eps lower bound | lower / claimed | "
+             + ("attainable | " if attainable else "")
+             + "verdict | attack | samples per side | seconds |",
+             "|---|---:|---:|---:|" + ("---:|" if attainable else "") + "---|---|---:|---:|"]
     for r in records:
         claimed, lower = float(r["epsilon_claimed"]), float(r["epsilon_lower"])
         name = f"{r['mechanism']} (control)" if r.get("control") else str(r["mechanism"])
+        best = r.get("epsilon_attainable")
         lines.append(
             f"| {name} | {_fmt(claimed)} | {_fmt(lower)} | "
             f"{_fmt(lower / claimed if claimed else math.inf, 3)} | "
-            f"{_VERDICT_TEXT[record_verdict(r)]} | "
+            + (f"{_fmt(best) if best is not None else '-'} | " if attainable else "")
+            + f"{_VERDICT_TEXT[record_verdict(r)]} | "
             f"{r.get('attack', '-')} | {_fmt(r.get('samples_per_side'))} | "
             f"{_fmt(r.get('seconds'), 3)} |")
     if len(records) > 1:
