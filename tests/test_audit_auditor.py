@@ -94,8 +94,9 @@ def binomial_tolerance(runs: int, rate: float, false_failure: float) -> int:
 #: False-alarm rates measured over 1,000 runs by ``python benchmarks/audit_false_alarms.py``
 #: (seeds 5000-5999), rounded up: {confidence: (binary RR, Laplace, Laplace snapped to 2^-10
 #: under the default AUTO with float bits)}. The invalid audit that selects and bounds on the
-#: same samples measured 4.7% (Laplace, c = 0.95) and 47.3% (c = 0.5).
-MEASURED_FALSE_ALARMS = {0.95: (0.015, 0.005, 0.005), 0.5: (0.18, 0.07, 0.07)}
+#: same samples measured 4.7% (Laplace, c = 0.95) and 47.3% (c = 0.5). The snapped case runs
+#: at c = 0.5 only (the more sensitive level; 0.1% measured at 0.95), to save CI time.
+MEASURED_FALSE_ALARMS = {0.95: (0.015, 0.005, None), 0.5: (0.18, 0.07, 0.07)}
 
 
 def snapped_laplace(x, n, rng):
@@ -117,6 +118,8 @@ def test_false_alarm_rate_is_the_measured_one(confidence):
              (snapped_laplace, 1.0, None, 1000))
     for (sampler, eps, attack, n), rate in zip(cases, MEASURED_FALSE_ALARMS[confidence],
                                                strict=True):
+        if rate is None:
+            continue
         flagged = sum(
             audit_sampler(sampler, 0, 1, epsilon=eps, n=n, confidence=confidence,
                           rng=rng_(5000 + i), attack=attack).violation
