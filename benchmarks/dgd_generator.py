@@ -49,13 +49,12 @@ from dpkd_audit.pipelines.common.generator import (
 )
 from dpkd_audit.pipelines.common.teacher import train_teacher
 from dpkd_audit.pipelines.dgd import DgdConfig, QuerySelection, select_queries
+from dpkd_audit.pipelines.dgd.config import DAFL_RECIPE
 from dpkd_audit.pipelines.dgd.pipeline import load_data
 from dpkd_audit.pipelines.dgd.student import train_tnar_student
 from dpkd_audit.pipelines.dpdfd import DpdfdConfig
 
-_DAFL = {"output": GeneratorOutput.STANDARDISED, "learning_rate": 0.2,
-         "schedule": GeneratorSchedule.CONSTANT, "betas": (0.9, 0.999), "bn_eps": 0.8,
-         "entropy_base": 10.0}
+_DAFL = DAFL_RECIPE
 
 
 def recipes(base: GeneratorConfig) -> dict[str, GeneratorConfig]:

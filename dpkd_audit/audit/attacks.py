@@ -396,14 +396,15 @@ def float_bits_candidate(halves: Halves, sel: Selection, *,
     return max(found, key=lambda c: c.criterion)
 
 
-def float_bits_array_candidate(halves: Halves, sel: Selection) -> Candidate:
+def float_bits_array_candidate(halves: Halves, sel: Selection,
+                               order: np.ndarray) -> Candidate:
     """:func:`float_bits_candidate` on each of the coordinates that differ most between inputs.
 
     A textbook floating-point sampler of a vector (``x + noise`` coordinate-wise) leaks through
-    the bits of the coordinates in which the inputs differ, the ones :func:`_top_columns`
-    finds on the proposal part; the best coordinate on the held-out part wins.
+    the bits of the coordinates in which the inputs differ: ``order``, from :func:`top_columns`
+    on the proposal part; the best coordinate on the held-out part wins.
     """
-    return max((float_bits_candidate(halves, sel, column=int(j)) for j in _top_columns(halves)),
+    return max((float_bits_candidate(halves, sel, column=int(j)) for j in order),
                key=lambda c: c.criterion)
 
 
@@ -464,7 +465,7 @@ def _midpoints(pa: np.ndarray, pb: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(mid), mid, 0.0)
 
 
-def _top_columns(halves: Halves) -> np.ndarray:
+def top_columns(halves: Halves) -> np.ndarray:
     """The :data:`COORDINATES_TRIED` columns whose proposal samples differ most between inputs.
 
     Two-sample z-score of the means, NaN read as 0; a column constant on each side but
@@ -481,7 +482,7 @@ def _top_columns(halves: Halves) -> np.ndarray:
     return np.argsort(-z_mean, kind="stable")[:COORDINATES_TRIED]
 
 
-def coordinate_candidate(halves: Halves, sel: Selection) -> Candidate:
+def coordinate_candidate(halves: Halves, sel: Selection, order: np.ndarray) -> Candidate:
     """Thresholds on the coordinates that differ most between the two inputs.
 
     For vector outputs whose inputs differ in a few coordinates (a noisy count matrix in which
@@ -496,7 +497,6 @@ def coordinate_candidate(halves: Halves, sel: Selection) -> Candidate:
     """
     pa, pb = flat_columns(halves.propose_a), flat_columns(halves.propose_b)
     sa, sb = flat_columns(halves.score_a), flat_columns(halves.score_b)
-    order = _top_columns(halves)
     found = []
     for j in order:
         def column(outputs: Outputs, j: int = int(j)) -> np.ndarray:
@@ -598,6 +598,11 @@ def select_event(a: Outputs, b: Outputs, attack: Attack, sel: Selection,
         """Fitted once, and only if an attack uses it (classifier; vectors' discrete part)."""
         return FeatureSpec.fit(halves.propose_a, halves.propose_b)
 
+    @functools.cache
+    def columns() -> np.ndarray:
+        """The most different coordinates, found once for the attacks that read them."""
+        return top_columns(halves)
+
     candidates = []
     for chosen in attacks:
         if chosen is Attack.THRESHOLD:
@@ -611,10 +616,10 @@ def select_event(a: Outputs, b: Outputs, attack: Attack, sel: Selection,
             if a.kind is OutputKind.OBJECT:
                 candidates.extend(structure_candidates(halves, sel))
         elif chosen is Attack.FLOAT_BITS:
-            candidates.append(float_bits_array_candidate(halves, sel) if vector
+            candidates.append(float_bits_array_candidate(halves, sel, columns()) if vector
                               else float_bits_candidate(halves, sel))
         elif chosen is Attack.COORDINATE:
-            candidates.append(coordinate_candidate(halves, sel))
+            candidates.append(coordinate_candidate(halves, sel, columns()))
         else:
             candidates.append(classifier_candidate(halves, sel, features()))
     return max(candidates, key=lambda c: c.criterion)
