@@ -290,6 +290,7 @@ def test_statistics_config_is_checked_by_name() -> None:
                           ({"epsilon_share": math.nan}, "epsilon_share"),
                           ({"clip_norm": 0.0}, "clip_norm"),
                           ({"pixel_statistics": 1}, "pixel_statistics"),
+                          ({"scale": "sum"}, "scale must be one of"),
                           ({"batch_size": 0}, "batch_size")]:
         with pytest.raises(ValueError, match=match):
             StatisticsConfig(**kwargs)
@@ -306,37 +307,80 @@ def _exact_sum(teacher, images, config):
     from dpkd_audit.mechanisms import Gaussian
     from dpkd_audit.pipelines.common.dp_statistics import release_feature_statistics
 
-    mechanism = Gaussian(epsilon=1e12, delta=0.5, sensitivity=config.clip_norm)
+    mechanism = Gaussian(epsilon=1e12, delta=0.5, sensitivity=config.sensitivity)
     return release_feature_statistics(teacher, images, config=config, mechanism=mechanism,
                                       ledger=Ledger(epsilon=1e12, delta=0.9),
                                       rng=np.random.default_rng(0), device=torch.device("cpu"))
 
 
+def _released_sum(ref, weight):
+    """The released sum vector (values, squares) times ``weight`` (n or W)."""
+    second = [v + m * m for m, v in zip(ref.means, ref.variances, strict=True)]
+    return torch.cat([*ref.means, *second]).double() * weight
+
+
 def test_released_statistics_are_the_clipped_means_and_one_record_moves_them_by_c_over_n():
-    from dpkd_audit.pipelines.common.dp_statistics import StatisticsConfig, statistics_layers
+    from dpkd_audit.pipelines.common.dp_statistics import (
+        StatisticsConfig,
+        StatisticsScale,
+        statistics_layers,
+    )
 
     teacher = _tiny_teacher()
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, size=(50, 8, 8), dtype=np.uint8)
-    big = StatisticsConfig(clip_norm=1e3)   # no clipping: the plain means
-    ref = _exact_sum(teacher, images, big)
-    x = torch.from_numpy(images).float().div(255.0).unsqueeze(1).double()
-    np.testing.assert_allclose(ref.means[0].numpy(), x.flatten(1).mean(0).numpy(), atol=1e-4)
-    np.testing.assert_allclose(ref.variances[0].numpy(), x.flatten(1).var(0, unbiased=False)
-                               .numpy(), atol=1e-4)
-    assert len(ref.means) == len(statistics_layers(teacher))
-    assert ref.means[1].shape == (4,)       # per channel after the first layer
-    # with clipping, adding one extreme record moves the sum (n x the released means) by <= C
-    small = StatisticsConfig(clip_norm=0.5)
+    for scale in StatisticsScale:
+        big = StatisticsConfig(clip_norm=1e3, scale=scale)   # no clipping: the plain means
+        ref = _exact_sum(teacher, images, big)
+        x = torch.from_numpy(images).float().div(255.0).unsqueeze(1).double()
+        np.testing.assert_allclose(ref.means[0].numpy(), x.flatten(1).mean(0).numpy(),
+                                   atol=1e-4)
+        np.testing.assert_allclose(ref.variances[0].numpy(), x.flatten(1).var(0, unbiased=False)
+                                   .numpy(), atol=1e-4)
+        assert len(ref.means) == len(statistics_layers(teacher))
+        assert ref.means[1].shape == (4,)       # per channel after the first layer
+        if scale is StatisticsScale.CLIP_WEIGHTS:
+            assert ref.clip_factor_mean == pytest.approx(1.0, abs=1e-6)
+    # dividing by n: adding one extreme record moves the sum (n x the released means) by <= C
+    small = StatisticsConfig(clip_norm=0.5, scale=StatisticsScale.RECORD_COUNT)
+    assert small.sensitivity == 0.5
     extreme = np.concatenate([images, np.full((1, 8, 8), 255, dtype=np.uint8)])
     before = _exact_sum(teacher, images, small)
     after = _exact_sum(teacher, extreme, small)
-    def total(ref, n):
-        second = [v + m * m for m, v in zip(ref.means, ref.variances, strict=True)]
-        return torch.cat([*ref.means, *second]).double() * n
-    moved = float(torch.linalg.vector_norm(total(after, 51) - total(before, 50)))
+    assert before.clip_factor_mean is None
+    moved = float(torch.linalg.vector_norm(_released_sum(after, 51) - _released_sum(before, 50)))
     assert moved <= 0.5 * (1 + 1e-5)
     assert moved > 0.4                       # the clip binds: the record counts fully
+
+
+def test_clip_weights_keep_the_scale_where_the_clip_binds_and_move_by_at_most_root2_c():
+    """Issue 30: a clip below every record's norm shrank the released statistics (digits ~7x)."""
+    from dpkd_audit.pipelines.common.dp_statistics import StatisticsConfig, StatisticsScale
+
+    teacher = _tiny_teacher()
+    rng = np.random.default_rng(4)
+    images = rng.integers(100, 200, size=(60, 8, 8), dtype=np.uint8)   # similar norms
+    plain_ref = _exact_sum(teacher, images, StatisticsConfig(clip_norm=1e3))
+    weighted = StatisticsConfig(clip_norm=0.5)
+    assert weighted.scale is StatisticsScale.CLIP_WEIGHTS
+    assert weighted.sensitivity == pytest.approx(0.5 * math.sqrt(2))
+    ref = _exact_sum(teacher, images, weighted)
+    counted = _exact_sum(teacher, images, StatisticsConfig(
+        clip_norm=0.5, scale=StatisticsScale.RECORD_COUNT))
+    assert ref.clip_factor_mean < 0.2         # the clip binds on every record
+    for got, want, shrunk in zip(ref.means, plain_ref.means, counted.means, strict=True):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0.05, atol=1e-3)
+        assert float(shrunk.abs().max()) < 0.2 * float(want.abs().max())
+    for got, want in zip(ref.variances, plain_ref.variances, strict=True):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0.2, atol=2e-3)
+    # the released vector (sums and C x the clip factors) moves by <= sqrt(2) C per record
+    extreme = np.concatenate([images, np.full((1, 8, 8), 255, dtype=np.uint8)])
+    after = _exact_sum(teacher, extreme, weighted)
+    def full(r, n):
+        w = r.clip_factor_mean * n
+        return torch.cat([_released_sum(r, w), torch.tensor([0.5 * w], dtype=torch.float64)])
+    moved = float(torch.linalg.vector_norm(full(after, 61) - full(ref, 60)))
+    assert 0.5 < moved <= 0.5 * math.sqrt(2) * (1 + 1e-5)
 
 
 def test_statistics_release_is_charged_before_it_exists_and_refused_without_budget():
@@ -368,7 +412,7 @@ def test_statistics_release_is_charged_before_it_exists_and_refused_without_budg
     (charge,) = ledger.charges()
     assert charge.event == mechanism.event and isinstance(charge.event, _dp.GaussianDpEvent)
     assert all(bool((v >= 0).all()) for v in ref.variances)
-    with pytest.raises(ValueError, match="clip_norm"):
+    with pytest.raises(ValueError, match="sensitivity"):
         release_feature_statistics(teacher, images, config=StatisticsConfig(clip_norm=3.0),
                                    mechanism=mechanism, ledger=ledger, rng=rng,
                                    device=torch.device("cpu"))

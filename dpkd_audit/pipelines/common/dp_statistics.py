@@ -13,11 +13,19 @@ the term but matches **differentially private** statistics instead:
 2. Each private record x gives the vector v(x) of its means and mean squares at those layers
    (its own per-pixel values and squares, and per-channel spatial means of the features and of
    their squares), clipped to L2 norm ``clip_norm`` = C: v(x) <- v(x) min(1, C / ||v(x)||).
-3. The sum S = sum_x v(x) has L2 sensitivity C under add/remove-one neighbours, and is
-   released by the package's :class:`~dpkd_audit.mechanisms.Gaussian` (Balle-Wang ICML 2018,
-   Thm 8) with the ledger charged first. Dividing by the record count N, which the DP-SGD
-   schedule already treats as public (Opacus's convention), gives the means m and mean squares
-   s; the variances are max(s - m^2, 0). Everything after the release is post-processing.
+3. Scale (:class:`StatisticsScale`). ``CLIP_WEIGHTS`` (the default): each record contributes
+   u(x) = c(x) [v(x), C] with its clip factor c(x) = min(1, C / ||v(x)||), so ||u(x)|| <= sqrt(2) C;
+   the sum S = sum_x u(x) has L2 sensitivity sqrt(2) C under add/remove-one neighbours. Its last
+   coordinate, divided by C, is W = sum_x c(x), and the released means are S_v / W: a weighted
+   mean of the records' statistics, whatever C is. ``RECORD_COUNT`` (the release before issue 30):
+   u(x) = c(x) v(x), sensitivity C, divided by the record count N (which the DP-SGD schedule
+   already treats as public, Opacus's convention); when C is below the records' norms every
+   released mean and variance shrinks by the mean clip factor (digits, C = 8, norms ~54: ~7x,
+   the generator then fits dark images).
+4. S is released by the package's :class:`~dpkd_audit.mechanisms.Gaussian` (Balle-Wang ICML
+   2018, Thm 8) with the ledger charged first. The means m and mean squares s give the
+   variances max(s - m^2, 0). Everything after the release is post-processing (the noisy W is
+   clamped to [1, N] before dividing).
 
 The teacher's weights are themselves a DP output (DP-SGD), so reading features through them
 costs nothing beyond this release; its (epsilon, delta) composes with DP-SGD in the ledger.
@@ -26,7 +34,9 @@ costs nothing beyond this release; its (epsilon, delta) composes with DP-SGD in 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,15 +45,33 @@ from torch import nn
 from dpkd_audit import _validate
 from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms import Gaussian
+from dpkd_audit.pipelines.common.config import parse_enum
 
 __all__ = [
     "FeatureStatistics",
     "ReferenceStatistics",
     "StatisticsConfig",
+    "StatisticsScale",
     "release_feature_statistics",
     "statistics_layers",
     "statistics_mechanism",
+    "statistics_record",
 ]
+
+
+class StatisticsScale(enum.Enum):
+    """How the released sums become means (see the module docstring, step 3).
+
+    Attributes:
+        CLIP_WEIGHTS: Each record also contributes its clip factor; the sums are divided by their
+            released total (sensitivity sqrt(2) C). A clip below the records' norms costs
+            weighting, not scale.
+        RECORD_COUNT: The sums are divided by the record count (sensitivity C); a clip below the
+            records' norms shrinks every mean and variance.
+    """
+
+    CLIP_WEIGHTS = "clip-weights"
+    RECORD_COUNT = "record-count"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -54,8 +82,10 @@ class StatisticsConfig:
         epsilon_share: The single release's epsilon as a share of the run's record-level
             target, in [0, 1) (0: no release, and no statistics term in the generator loss).
             Under RDP the release costs much less than this share of the composed epsilon.
-        clip_norm: C, the L2 norm each record's statistics vector is clipped to (> 0): the
-            release's L2 sensitivity.
+        clip_norm: C, the L2 norm each record's statistics vector is clipped to (> 0). The
+            release's L2 sensitivity is C (``RECORD_COUNT``) or sqrt(2) C (``CLIP_WEIGHTS``):
+            :attr:`sensitivity`.
+        scale: How the sums become means (:class:`StatisticsScale`).
         pixel_statistics: Per-pixel statistics of the image (else per channel, as for the
             other layers).
         batch_size: Records per forward pass when computing the sum (>= 1).
@@ -63,6 +93,7 @@ class StatisticsConfig:
 
     epsilon_share: float = 0.1
     clip_norm: float = 16.0
+    scale: StatisticsScale = StatisticsScale.CLIP_WEIGHTS
     pixel_statistics: bool = True
     batch_size: int = 1024
 
@@ -72,6 +103,7 @@ class StatisticsConfig:
                 or not math.isfinite(share) or not 0 <= share < 1:
             raise ValueError(f"epsilon_share must be a real number in [0, 1); got {share!r}")
         _validate.check_positive("clip_norm", self.clip_norm)
+        object.__setattr__(self, "scale", parse_enum(StatisticsScale, "scale", self.scale))
         if not isinstance(self.pixel_statistics, bool):
             raise ValueError(f"pixel_statistics must be a bool; got {self.pixel_statistics!r}")
         _validate.check_int("batch_size", self.batch_size, minimum=1)
@@ -81,10 +113,19 @@ class StatisticsConfig:
         """Whether statistics are released at all."""
         return self.epsilon_share > 0
 
+    @property
+    def sensitivity(self) -> float:
+        """The release's L2 sensitivity: C, or sqrt(2) C with the clip weights appended."""
+        if self.scale is StatisticsScale.CLIP_WEIGHTS:
+            return math.sqrt(2.0) * self.clip_norm
+        return float(self.clip_norm)
+
 
 def statistics_mechanism(config: StatisticsConfig, *, target_epsilon: float,
                          delta: float) -> Gaussian:
-    """The Gaussian mechanism of the release: (share x target, delta)-DP, sensitivity C.
+    """The Gaussian mechanism of the release: (share x target, delta)-DP.
+
+    Its sensitivity is :attr:`StatisticsConfig.sensitivity`.
 
     Raises:
         ValueError: If the release is disabled (``epsilon_share`` = 0) or a parameter is bad.
@@ -93,7 +134,7 @@ def statistics_mechanism(config: StatisticsConfig, *, target_epsilon: float,
         raise ValueError("statistics are disabled (epsilon_share = 0): there is no mechanism")
     target_epsilon = _validate.check_epsilon(target_epsilon, "target_epsilon")
     return Gaussian(epsilon=config.epsilon_share * target_epsilon, delta=delta,
-                    sensitivity=config.clip_norm)
+                    sensitivity=config.sensitivity)
 
 
 def statistics_layers(model: nn.Module) -> list[nn.Module]:
@@ -155,12 +196,16 @@ class ReferenceStatistics:
         variances: The matching variances (>= 0).
         pixel_statistics: Whether the first layer's are per pixel.
         mechanism: The Gaussian mechanism the sum was released with.
+        clip_factor_mean: ``CLIP_WEIGHTS``: the released mean clip factor W / N (a DP figure:
+            1 when C is above every record's norm, C / norm when it binds everywhere); else
+            ``None``.
     """
 
     means: tuple[torch.Tensor, ...]
     variances: tuple[torch.Tensor, ...]
     pixel_statistics: bool
     mechanism: Gaussian
+    clip_factor_mean: float | None = None
 
 
 class FeatureStatistics:
@@ -214,7 +259,8 @@ def release_feature_statistics(teacher: nn.Module, images: np.ndarray, *,
         teacher: The DP teacher (its weights are a DP output), on ``device``.
         images: uint8 ``(n, h, w)`` private images.
         config: Clipping and layout.
-        mechanism: From :func:`statistics_mechanism` (its sensitivity must be ``clip_norm``).
+        mechanism: From :func:`statistics_mechanism` (its sensitivity must be
+            ``config.sensitivity``).
         ledger: Charged (through ``mechanism.release``) before the noisy sum exists.
         rng: Source of the Gaussian noise.
         device: Where the forward passes run.
@@ -223,13 +269,15 @@ def release_feature_statistics(teacher: nn.Module, images: np.ndarray, *,
     Returns:
         The released statistics.
     """
-    if not math.isclose(float(mechanism.sensitivity.value), config.clip_norm, rel_tol=1e-12):
-        raise ValueError(f"mechanism's sensitivity {mechanism.sensitivity.value} must equal "
-                         f"clip_norm {config.clip_norm}")
+    if not math.isclose(float(mechanism.sensitivity.value), config.sensitivity, rel_tol=1e-12):
+        raise ValueError(f"mechanism's sensitivity {mechanism.sensitivity.value} must equal the "
+                         f"release's {config.sensitivity} (clip_norm {config.clip_norm}, scale "
+                         f"{config.scale.name})")
     images = np.asarray(images)
     n = images.shape[0] if images.ndim == 3 else 0
     if n < 1:
         raise ValueError(f"images must be a non-empty (n, h, w) array; got shape {images.shape}")
+    weighted = config.scale is StatisticsScale.CLIP_WEIGHTS
     hooks = _Hooks(statistics_layers(teacher))
     was_training = teacher.training
     teacher.eval()
@@ -247,13 +295,23 @@ def release_feature_statistics(teacher: nn.Module, images: np.ndarray, *,
                 sizes = [m.shape[1] for m in means]
                 v = torch.cat([*means, *squares], dim=1).double()
                 norms = torch.linalg.vector_norm(v, dim=1, keepdim=True)
-                v = v * torch.clamp(config.clip_norm / norms.clamp_min(1e-300), max=1.0)
+                factor = torch.clamp(config.clip_norm / norms.clamp_min(1e-300), max=1.0)
+                v = v * factor
+                if weighted:  # C c(x): its sum is C W
+                    v = torch.cat([v, factor * config.clip_norm], dim=1)
                 part = v.sum(dim=0).cpu()
                 total = part if total.numel() == 0 else total + part
     finally:
         teacher.train(was_training)
     noisy = np.asarray(mechanism.release(total.numpy(), rng=rng, ledger=ledger, label=label),
-                       dtype=np.float64) / n
+                       dtype=np.float64)
+    factor_mean = None
+    if weighted:
+        weight = min(max(float(noisy[-1]) / config.clip_norm, 1.0), float(n))
+        noisy = noisy[:-1] / weight
+        factor_mean = weight / n
+    else:
+        noisy = noisy / n
     half = sum(sizes)
     means_all, squares_all = noisy[:half], noisy[half:]
     means_out, vars_out = [], []
@@ -265,4 +323,29 @@ def release_feature_statistics(teacher: nn.Module, images: np.ndarray, *,
         vars_out.append(torch.from_numpy(np.maximum(s - m * m, 0.0)).float())
         offset += size
     return ReferenceStatistics(means=tuple(means_out), variances=tuple(vars_out),
-                               pixel_statistics=config.pixel_statistics, mechanism=mechanism)
+                               pixel_statistics=config.pixel_statistics, mechanism=mechanism,
+                               clip_factor_mean=factor_mean)
+
+
+def statistics_record(config: StatisticsConfig, mechanism: Gaussian | None,
+                      reference: ReferenceStatistics | None = None) -> dict[str, Any] | None:
+    """The run record's ``statistics`` entry (``None`` without a release).
+
+    Args:
+        config: The release's config.
+        mechanism: Its Gaussian mechanism, or ``None`` for no release.
+        reference: The released statistics, when the run made them (adds ``layers`` and the
+            released ``clip_factor_mean``).
+    """
+    if mechanism is None:
+        return None
+    record: dict[str, Any] = {
+        "epsilon": mechanism.epsilon, "delta": mechanism.delta,
+        "clip_norm": config.clip_norm, "scale": config.scale.value,
+        "sensitivity": float(mechanism.sensitivity.value), "sigma": mechanism.sigma,
+        "noise_multiplier": mechanism.sigma / float(mechanism.sensitivity.value),
+        "pixel_statistics": config.pixel_statistics}
+    if reference is not None:
+        record["layers"] = len(reference.means)
+        record["clip_factor_mean"] = reference.clip_factor_mean
+    return record

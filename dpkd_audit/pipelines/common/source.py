@@ -86,6 +86,7 @@ def fit_dp_source(dataset: Dataset, *, config: TeacherConfig, dp_sgd: DpSgdConfi
                 model, dataset.train_images, config=statistics, mechanism=mechanism,
                 ledger=ledger, rng=rng, device=device,
                 label=f"feature statistics through the DP {role} (Gaussian, sigma / C = "
-                      f"{mechanism.sigma / statistics.clip_norm:.6g})")
+                      f"{mechanism.sigma / statistics.clip_norm:.6g}, "
+                      f"scale {statistics.scale.value})")
         term = FeatureStatistics(model, reference)
     return model.eval(), dp.test_accuracy, term

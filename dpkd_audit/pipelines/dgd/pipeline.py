@@ -73,6 +73,7 @@ from dpkd_audit.pipelines.common.dp_statistics import (
     FeatureStatistics,
     ReferenceStatistics,
     statistics_mechanism,
+    statistics_record,
 )
 from dpkd_audit.pipelines.common.dp_teacher import (
     DpSgdAccountant,
@@ -530,6 +531,9 @@ class DgdResult:
     charges: tuple[dict[str, Any], ...]
     latent_charges: tuple[dict[str, Any], ...] = ()
     shared_stages: tuple[str, ...] = ()
+    #: The released feature statistics (sound mode), else ``None``.
+    statistics: ReferenceStatistics | None = dataclasses.field(default=None, repr=False,
+                                                               compare=False)
     #: The released student (eval mode): what a record-level audit scores; never in a record.
     student: nn.Module | None = dataclasses.field(default=None, repr=False, compare=False)
 
@@ -576,7 +580,8 @@ class DgdResult:
                           "steps": self.generator.steps},
             "vae_loss": self.vae_loss,
             "student_loss": self.student_loss,
-            "statistics": _statistics_record(config),
+            "statistics": statistics_record(config.statistics, statistics_release(config),
+                                            self.statistics),
             "epsilon_latent": config.latent_epsilon,
             "latent_unit": None if config.latent_epsilon is None else LATENT_UNIT,
             "latent_charges": list(self.latent_charges),
@@ -598,15 +603,6 @@ class DgdResult:
             "command": command,
             "provenance": provenance(),
         }
-
-
-def _statistics_record(config: DgdConfig) -> dict[str, Any] | None:
-    mechanism = statistics_release(config)
-    if mechanism is None:
-        return None
-    return {"epsilon": mechanism.epsilon, "delta": mechanism.delta,
-            "clip_norm": config.statistics.clip_norm, "sigma": mechanism.sigma,
-            "pixel_statistics": config.statistics.pixel_statistics}
 
 
 def _charge_record(ledger: Ledger, start: int) -> tuple[dict[str, Any], ...]:
@@ -750,4 +746,5 @@ def run(config: DgdConfig, *, ledger: Ledger, rng: np.random.Generator,
         vae_loss=prepared.vae.loss_terms, student_loss=student.loss_terms,
         accuracy_curve=student.curve, dp_sgd=prepared.dp_sgd, seconds=seconds,
         device=describe_device(device), charges=_charge_record(ledger, charged_before),
-        latent_charges=latent_charges, student=student.model.eval())
+        latent_charges=latent_charges, statistics=prepared.statistics,
+        student=student.model.eval())

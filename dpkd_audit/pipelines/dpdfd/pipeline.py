@@ -66,6 +66,7 @@ from dpkd_audit.pipelines.common.dp_statistics import (
     FeatureStatistics,
     ReferenceStatistics,
     statistics_mechanism,
+    statistics_record,
 )
 from dpkd_audit.pipelines.common.dp_teacher import DpSgdPlan, plan_dp_sgd
 from dpkd_audit.pipelines.common.generator import (
@@ -346,14 +347,8 @@ class DpdfdResult:
                 "sampling_probability": plan.schedule.sampling_probability,
                 "dataset_size": plan.schedule.dataset_size, "epsilon_rdp": plan.epsilon_rdp,
                 "epsilon_pld": plan.epsilon_pld, "delta": plan.delta},
-            "statistics": None if self.statistics is None else {
-                "epsilon": self.statistics.mechanism.epsilon,
-                "delta": self.statistics.mechanism.delta,
-                "noise_multiplier": (self.statistics.mechanism.sigma
-                                     / float(self.statistics.mechanism.sensitivity.value)),
-                "clip_norm": float(self.statistics.mechanism.sensitivity.value),
-                "pixel_statistics": self.statistics.pixel_statistics,
-                "layers": len(self.statistics.means)},
+            "statistics": None if self.statistics is None else statistics_record(
+                config.statistics, self.statistics.mechanism, self.statistics),
             "seed": config.seed,
             "preset": config.preset.value,
             "device": self.device,
