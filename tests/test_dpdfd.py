@@ -92,8 +92,8 @@ def test_sound_epsilon_is_the_accountants_figure_for_the_dp_sgd_plan(sound) -> N
     mechanism = dpdfd.statistics_release(config)
     assert stats.event == mechanism.event and "statistics" in stats.label
     assert mechanism.epsilon == pytest.approx(0.1 * 3.0) and mechanism.delta == 1e-5
-    assert float(mechanism.sensitivity.value) == pytest.approx(
-        math.sqrt(2) * config.statistics.clip_norm)  # the clip weights ride along
+    assert float(mechanism.sensitivity.value) == pytest.approx(  # the clip weights ride along
+        math.hypot(1, config.statistics.weight_share) * config.statistics.clip_norm)
     n = 1200  # the digits' training split
     assert plan.schedule.dataset_size == n and plan.schedule.batch_size == 200
     epsilons = {}

@@ -291,6 +291,8 @@ def test_statistics_config_is_checked_by_name() -> None:
                           ({"clip_norm": 0.0}, "clip_norm"),
                           ({"pixel_statistics": 1}, "pixel_statistics"),
                           ({"scale": "sum"}, "scale must be one of"),
+                          ({"weight_share": 0.0}, "weight_share"),
+                          ({"weight_share": 1.5}, "weight_share"),
                           ({"batch_size": 0}, "batch_size")]:
         with pytest.raises(ValueError, match=match):
             StatisticsConfig(**kwargs)
@@ -353,7 +355,7 @@ def test_released_statistics_are_the_clipped_means_and_one_record_moves_them_by_
     assert moved > 0.4                       # the clip binds: the record counts fully
 
 
-def test_clip_weights_keep_the_scale_where_the_clip_binds_and_move_by_at_most_root2_c():
+def test_clip_weights_keep_the_scale_where_the_clip_binds_and_move_by_at_most_the_sensitivity():
     """Issue 30: a clip below every record's norm shrank the released statistics (digits ~7x)."""
     from dpkd_audit.pipelines.common.dp_statistics import StatisticsConfig, StatisticsScale
 
@@ -363,7 +365,7 @@ def test_clip_weights_keep_the_scale_where_the_clip_binds_and_move_by_at_most_ro
     plain_ref = _exact_sum(teacher, images, StatisticsConfig(clip_norm=1e3))
     weighted = StatisticsConfig(clip_norm=0.5)
     assert weighted.scale is StatisticsScale.CLIP_WEIGHTS
-    assert weighted.sensitivity == pytest.approx(0.5 * math.sqrt(2))
+    assert weighted.sensitivity == pytest.approx(0.5 * math.sqrt(1 + 0.25 ** 2))
     ref = _exact_sum(teacher, images, weighted)
     counted = _exact_sum(teacher, images, StatisticsConfig(
         clip_norm=0.5, scale=StatisticsScale.RECORD_COUNT))
@@ -373,14 +375,15 @@ def test_clip_weights_keep_the_scale_where_the_clip_binds_and_move_by_at_most_ro
         assert float(shrunk.abs().max()) < 0.2 * float(want.abs().max())
     for got, want in zip(ref.variances, plain_ref.variances, strict=True):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0.2, atol=2e-3)
-    # the released vector (sums and C x the clip factors) moves by <= sqrt(2) C per record
+    # the released vector (sums and r C x the clip factors) moves by <= sqrt(1 + r^2) C
     extreme = np.concatenate([images, np.full((1, 8, 8), 255, dtype=np.uint8)])
     after = _exact_sum(teacher, extreme, weighted)
     def full(r, n):
         w = r.clip_factor_mean * n
-        return torch.cat([_released_sum(r, w), torch.tensor([0.5 * w], dtype=torch.float64)])
+        return torch.cat([_released_sum(r, w),
+                          torch.tensor([0.25 * 0.5 * w], dtype=torch.float64)])
     moved = float(torch.linalg.vector_norm(full(after, 61) - full(ref, 60)))
-    assert 0.5 < moved <= 0.5 * math.sqrt(2) * (1 + 1e-5)
+    assert 0.5 < moved <= weighted.sensitivity * (1 + 1e-5)
 
 
 def test_statistics_release_is_charged_before_it_exists_and_refused_without_budget():
