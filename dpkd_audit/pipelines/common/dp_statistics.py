@@ -111,10 +111,7 @@ class StatisticsConfig:
             raise ValueError(f"epsilon_share must be a real number in [0, 1); got {share!r}")
         _validate.check_positive("clip_norm", self.clip_norm)
         object.__setattr__(self, "scale", parse_enum(StatisticsScale, "scale", self.scale))
-        r = self.weight_share
-        if isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r) \
-                or not 0 < r <= 1:
-            raise ValueError(f"weight_share must be a real number in (0, 1]; got {r!r}")
+        _validate.check_probability("weight_share", self.weight_share, open_low=True)
         if not isinstance(self.pixel_statistics, bool):
             raise ValueError(f"pixel_statistics must be a bool; got {self.pixel_statistics!r}")
         _validate.check_int("batch_size", self.batch_size, minimum=1)
