@@ -41,9 +41,11 @@ from dpkd_audit.pipelines.common.vae import ConvVae, VaeConfig, vae_loss
 from dpkd_audit.pipelines.dgd import (
     DgdConfig,
     DgdMode,
+    LabelFilter,
     QuerySelection,
     TnarConfig,
     check_run,
+    kept_labels,
     label_rng,
     ledger_for,
     run,
@@ -248,6 +250,33 @@ def test_distillation_without_soft_images_is_refused():
                            distillation_weight=1.0, progress=False)
 
 
+def test_kept_labels_are_those_the_baseline_agrees_with():
+    labels = np.array([3, 1, 4, 1, 5])
+    baseline = np.array([3, 2, 4, 0, 5])
+    assert kept_labels(labels, baseline, LabelFilter.BASELINE_AGREEMENT).tolist() == [0, 2, 4]
+    assert kept_labels(labels, baseline, LabelFilter.NONE).tolist() == [0, 1, 2, 3, 4]
+    assert kept_labels(labels, baseline + 10, LabelFilter.BASELINE_AGREEMENT).size == 0
+    with pytest.raises(ValueError, match="one length"):
+        kept_labels(labels, baseline[:4], LabelFilter.NONE)
+
+
+def test_student_without_labels_distils_and_without_either_is_refused():
+    config = TnarConfig(width=2, steps=2, batch_size=2, unlabelled_batch_size=2,
+                        tangent_weight=0.0, normal_weight=0.0, entropy_weight=0.0)
+    common = {"codes": None, "vae": None, "num_classes": 3, "config": config,
+              "test_images": torch.zeros(2, 1, 8, 8), "test_labels": np.zeros(2, dtype=np.int64),
+              "seed": 0, "progress": False}
+    soft = torch.softmax(torch.randn(5, 3, generator=torch.Generator().manual_seed(0)), 1)
+    result = train_tnar_student(torch.zeros(0, 1, 8, 8), np.zeros(0, dtype=np.int64),
+                                soft_images=torch.rand(5, 1, 8, 8), soft_targets=soft,
+                                distillation_weight=1.0, **common)
+    assert set(result.loss_terms) == {"distillation"}
+    with pytest.raises(ValueError, match="labelled images or a distillation term"):
+        train_tnar_student(torch.zeros(0, 1, 8, 8), np.zeros(0, dtype=np.int64), **common)
+    with pytest.raises(ValueError, match="one entry per labelled image"):
+        train_tnar_student(torch.zeros(3, 1, 8, 8), np.zeros(2, dtype=np.int64), **common)
+
+
 def test_entropy_regularization_by_hand():
     logits = torch.log(torch.tensor([[0.5, 0.5], [1.0, 1e-30]]))
     assert entropy_regularization(logits).item() == pytest.approx(math.log(2) / 2, rel=1e-5)
@@ -357,6 +386,9 @@ def test_sound_run_record_level_epsilon_is_the_ledgers(digits):
     assert len(labels) == 2 + plan.queries
     assert record["statistics"]["epsilon"] == pytest.approx(0.1 * 8.0)
     assert record["distillation_weight"] == 1.0 and "distillation" in record["student_loss"]
+    # the student trains on the released labels that agree with the DP baseline only
+    assert record["label_filter"] == "baseline-agreement"
+    assert record["labels_used"] == round(record["label_baseline_agreement"] * plan.queries)
     # the sound student: no TNAR terms by default (the published one keeps the paper's)
     assert "tangent" not in record["student_loss"]
     assert record["config"]["sound_student"]["tangent_weight"] == 0.0
@@ -404,6 +436,8 @@ def test_published_refused_by_a_finite_ledger_before_any_work(digits):
     ({"distillation_weight": -1.0}, "distillation_weight"),
     ({"latent_epsilon": 0.0}, "latent_epsilon"),
     ({"distillation_weight": math.nan}, "distillation_weight"),
+    ({"mode": "sound", "epsilon": 3.0, "label_filter": "agree"}, "label_filter"),
+    ({"mode": "sound", "epsilon": 3.0, "distillation_weight": 0.0}, "label_filter='none'"),
     ({"statistics": StatisticsConfig(epsilon_share=0.0)}, "sound_generator.beta > 0 needs"),
     ({"generator": GeneratorConfig(beta=10.0)}, "generator.beta must be 0"),
 ])
@@ -485,6 +519,7 @@ def test_cli_sound_run_without_statistics_or_distillation(tmp_path):
                  "--distillation-weight", "0", *_TINY_CLI, "--out", str(out)]) == 0
     record = json.loads((out / "result.json").read_text())
     assert record["statistics"] is None and record["distillation_weight"] == 0.0
+    assert record["label_filter"] == "none" and record["labels_used"] == record["queries"]
     assert not any(c["label"].startswith("feature statistics") for c in record["charges"])
     assert record["config"]["sound_generator"]["beta"] == 0.0
     assert record["epsilon_record_level"] <= 8.0
@@ -500,6 +535,8 @@ def test_cli_sound_run_without_statistics_or_distillation(tmp_path):
     (("--mode", "sound", "--epsilon", "1", "--queries", "150"), "--queries"),
     (("--queries", "12", "--distillation-weight", "1"),
      "--distillation-weight applies to sound runs only"),
+    (("--queries", "12", "--label-filter", "none"),
+     "--label-filter applies to sound runs only"),
     (("--queries", "12", "--statistics-share", "0.1"),
      "--statistics-share applies to sound runs only"),
     (("--mode", "sound", "--epsilon", "5", "--distillation-weight", "-1"),

@@ -56,9 +56,17 @@ def _config(args: argparse.Namespace, *, mode: str, queries: int | None,
     if args.distillation_weight is not None and "sound" not in getattr(args, "modes", [mode]):
         raise ValueError("--distillation-weight applies to sound runs only (published runs use "
                          "the paper's student)")
-    for name in ("noise_scale", "query_share", "synthetic", "selection", "distillation_weight"):
+    if args.label_filter is not None and "sound" not in getattr(args, "modes", [mode]):
+        raise ValueError("--label-filter applies to sound runs only (published runs train on "
+                         "every released label, as the paper)")
+    for name in ("noise_scale", "query_share", "synthetic", "selection", "distillation_weight",
+                 "label_filter"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
+    # A label filter may keep no label, so a student without the distillation term trains on
+    # every label: --distillation-weight 0 implies --label-filter none unless it is given.
+    if args.distillation_weight == 0 and args.label_filter is None:
+        overrides["label_filter"] = "none"
     config = DgdConfig.preset_config(args.preset, **overrides)
     replace = dataclasses.replace
     # The latent-code perturbation protects the unlabelled synthetic images only if the student
@@ -184,6 +192,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="sound mode: weight of the DP baseline's soft labels on the unlabelled "
                         "synthetic images in the student's loss (default 1; 0: the paper's "
                         "student)")
+    p.add_argument("--label-filter", choices=["baseline-agreement", "none"],
+                   help="sound mode: which released labels the student trains on: "
+                        "baseline-agreement (those equal to the DP baseline's class for their "
+                        "image; post-processing, default) or none (every one, as the paper; "
+                        "implied by --distillation-weight 0)")
     p.add_argument("--latent-epsilon", type=positive_float,
                    help="the paper's optional latent-code perturbation eps1 (0.01 in its "
                         "experiments; off by default): protects one synthetic image, not a "

@@ -31,7 +31,12 @@ from dpkd_audit.pipelines.dgd.pipeline import (
     run,
     shards_for,
 )
-from dpkd_audit.pipelines.dgd.queries import QuerySelection, select_queries
+from dpkd_audit.pipelines.dgd.queries import (
+    LabelFilter,
+    QuerySelection,
+    kept_labels,
+    select_queries,
+)
 from dpkd_audit.pipelines.dgd.student import TnarConfig, TnarStudentResult, train_tnar_student
 from dpkd_audit.pipelines.dgd.sweep import check_configs, sweep, sweep_configs
 
@@ -46,6 +51,7 @@ __all__ = [
     "DgdMode",
     "DgdResult",
     "EnsembleStage",
+    "LabelFilter",
     "Prepared",
     "Preset",
     "QuerySelection",
@@ -56,6 +62,7 @@ __all__ = [
     "check_run",
     "check_shards",
     "ensemble_key",
+    "kept_labels",
     "label_rng",
     "ledger_for",
     "load_data",

@@ -95,7 +95,7 @@ from dpkd_audit.pipelines.common.progress import StageTimer
 from dpkd_audit.pipelines.common.source import fit_dp_source, fit_source
 from dpkd_audit.pipelines.common.vae import VaeResult, train_vae
 from dpkd_audit.pipelines.dgd.config import DgdConfig, DgdMode
-from dpkd_audit.pipelines.dgd.queries import select_queries
+from dpkd_audit.pipelines.dgd.queries import kept_labels, select_queries
 from dpkd_audit.pipelines.dgd.student import train_tnar_student
 from dpkd_audit.provenance import provenance
 
@@ -531,6 +531,9 @@ class DgdResult:
     charges: tuple[dict[str, Any], ...]
     latent_charges: tuple[dict[str, Any], ...] = ()
     shared_stages: tuple[str, ...] = ()
+    #: Released labels the student trained on (``config.active_label_filter``); ``None``:
+    #: every one (``queries``).
+    labels_used: int | None = None
     #: The released feature statistics (sound mode), else ``None``.
     statistics: ReferenceStatistics | None = dataclasses.field(default=None, repr=False,
                                                                compare=False)
@@ -570,6 +573,8 @@ class DgdResult:
                                             else None),
             "withheld": None if published else WITHHELD,
             "label_baseline_agreement": self.label_baseline_agreement,
+            "label_filter": config.active_label_filter.value,
+            "labels_used": self.queries if self.labels_used is None else self.labels_used,
             "teachers": config.ensemble.num_teachers,
             "shard_sizes": {"min": self.shard_sizes[0], "max": self.shard_sizes[1]},
             "accuracy_curve": [list(p) for p in self.accuracy_curve],
@@ -705,10 +710,11 @@ def run(config: DgdConfig, *, ledger: Ledger, rng: np.random.Generator,
                                      f"(Laplace scale {latent.scale:g}; per synthetic image)")
         codes = torch.from_numpy(np.asarray(noisy, dtype=np.float32)).to(codes.device)
         latent_charges = _charge_record(image_ledger, 0)
+    kept = kept_labels(labels, baseline_labels, config.active_label_filter)
     with timer.stage("student"):
         rest = torch.from_numpy(unlabelled).to(prepared.synthetic.device)
         student = train_tnar_student(
-            images, labels,
+            images[torch.from_numpy(kept).to(images.device)], labels[kept],
             codes=codes,
             unlabelled=prepared.synthetic[rest],
             vae=prepared.vae.vae,
@@ -747,4 +753,5 @@ def run(config: DgdConfig, *, ledger: Ledger, rng: np.random.Generator,
         accuracy_curve=student.curve, dp_sgd=prepared.dp_sgd, seconds=seconds,
         device=describe_device(device), charges=_charge_record(ledger, charged_before),
         latent_charges=latent_charges, statistics=prepared.statistics,
+        labels_used=int(kept.shape[0]),
         student=student.model.eval())

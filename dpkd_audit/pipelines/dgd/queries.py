@@ -8,6 +8,11 @@ measured better on MNIST with the CPU preset, see ``reports/dgd``). Either way t
 a function of the baseline and the synthetic set only, never of the teachers' votes, so it
 costs nothing beyond what the baseline already cost (nothing more in ``sound`` mode, where the
 baseline is DP; ``published`` mode is not private at the record level anyway).
+
+:class:`LabelFilter` says which released labels the student then trains on. Keeping only the
+labels equal to the baseline's class for their image is a function of the released labels and
+of the baseline, so in ``sound`` mode (a DP baseline) it is post-processing and free at the
+record level.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import torch
 
 from dpkd_audit import _validate
 
-__all__ = ["QuerySelection", "select_queries"]
+__all__ = ["LabelFilter", "QuerySelection", "kept_labels", "select_queries"]
 
 
 class QuerySelection(enum.StrEnum):
@@ -29,6 +34,41 @@ class QuerySelection(enum.StrEnum):
     FIRST = "first"
     #: Class-balanced by the baseline's prediction, most confident first (an extension).
     CONFIDENT = "confident"
+
+
+class LabelFilter(enum.StrEnum):
+    """Which released labels the student trains on."""
+
+    #: Every released label (the paper).
+    NONE = "none"
+    #: Only the released labels that equal the baseline's class for their image (an
+    #: extension; sound mode, where the baseline is DP).
+    BASELINE_AGREEMENT = "baseline-agreement"
+
+
+def kept_labels(labels: np.ndarray, baseline_labels: np.ndarray,
+                label_filter: LabelFilter) -> np.ndarray:
+    """Indices (sorted) of the released labels the student trains on.
+
+    Args:
+        labels: The released labels ``(Q,)``.
+        baseline_labels: The baseline's class for the same images ``(Q,)``.
+        label_filter: :class:`LabelFilter`.
+
+    Returns:
+        ``int64`` indices into ``labels`` (all of them for ``NONE``; possibly none for
+        ``BASELINE_AGREEMENT``).
+
+    Raises:
+        ValueError: If the two label arrays are not 1-d of one length.
+    """
+    labels, baseline_labels = np.asarray(labels), np.asarray(baseline_labels)
+    if labels.ndim != 1 or labels.shape != baseline_labels.shape:
+        raise ValueError("labels and baseline_labels must be 1-d arrays of one length; got "
+                         f"shapes {labels.shape} and {baseline_labels.shape}")
+    if label_filter is LabelFilter.NONE:
+        return np.arange(labels.shape[0], dtype=np.int64)
+    return np.flatnonzero(labels == baseline_labels).astype(np.int64)
 
 
 def select_queries(probabilities: torch.Tensor, queries: int,

@@ -179,7 +179,8 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
     """Train DGD's student (see the module docstring).
 
     Args:
-        labelled: The queried synthetic images ``(Q, 1, h, w)`` on the training device.
+        labelled: The queried synthetic images ``(Q, 1, h, w)`` on the training device
+            (``Q`` may be 0 when the distillation term is on: no cross-entropy term then).
         labels: Their released labels ``(Q,)``.
         codes: VAE means ``(U, c)`` of the unlabelled synthetic images (same device).
         vae: The trained VAE (its decoder gives reconstructions and tangent spaces).
@@ -213,6 +214,13 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
                    or soft_images.shape[0] < 1):
         raise ValueError("distillation_weight > 0 needs soft_images and soft_targets with the "
                          "same number (>= 1) of rows")
+    supervised = labelled.shape[0] > 0
+    if not supervised and not distil:
+        raise ValueError("labelled has no images: the student needs labelled images or a "
+                         "distillation term (distillation_weight > 0)")
+    if labelled.shape[0] != np.asarray(labels).shape[0]:
+        raise ValueError(f"labels must have one entry per labelled image ({labelled.shape[0]})"
+                         f"; got {np.asarray(labels).shape[0]}")
     on_synthetic = config.unlabelled_input is UnlabelledInput.SYNTHETIC
     if config.regularized and on_synthetic and (
             unlabelled is None or codes is None or unlabelled.shape[0] != codes.shape[0]):
@@ -236,22 +244,28 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
                            unit="step")
     model.train()
     for step in range(config.steps):
-        index = torch.randint(labelled.shape[0], (config.batch_size,), generator=rng)
-        x = labelled[index.to(device)]
-        if config.augment:
-            x = augment_batch(x, rng, augment)
         # The labelled batch and the distillation batch share one pass (running statistics
         # updated); the unlabelled batch has passes of its own (module docstring).
-        parts = [x]
+        parts = []
+        if supervised:
+            index = torch.randint(labelled.shape[0], (config.batch_size,),
+                                  generator=rng).to(device)
+            x = labelled[index]
+            if config.augment:
+                x = augment_batch(x, rng, augment)
+            parts.append(x)
         if distil:
             soft_pick = torch.randint(soft_images.shape[0], (config.unlabelled_batch_size,),
                                       generator=rng).to(device)
             parts.append(soft_images[soft_pick])
         outputs = model(torch.cat(parts)).split([p.shape[0] for p in parts])
-        terms = {"cross_entropy": F.cross_entropy(outputs[0], y[index.to(device)])}
-        loss = terms["cross_entropy"]
+        terms: dict[str, torch.Tensor] = {}
+        loss = torch.zeros((), device=device)
+        if supervised:
+            terms["cross_entropy"] = F.cross_entropy(outputs[0], y[index])
+            loss = loss + terms["cross_entropy"]
         if distil:
-            terms["distillation"] = soft_cross_entropy(outputs[1], soft_targets[soft_pick])
+            terms["distillation"] = soft_cross_entropy(outputs[-1], soft_targets[soft_pick])
             loss = loss + distillation_weight * terms["distillation"]
         if config.regularized:
             pick = torch.randint(codes.shape[0], (config.unlabelled_batch_size,),
