@@ -256,8 +256,11 @@ def test_kept_labels_are_those_the_baseline_agrees_with():
     assert kept_labels(labels, baseline, LabelFilter.BASELINE_AGREEMENT).tolist() == [0, 2, 4]
     assert kept_labels(labels, baseline, LabelFilter.NONE).tolist() == [0, 1, 2, 3, 4]
     assert kept_labels(labels, baseline + 10, LabelFilter.BASELINE_AGREEMENT).size == 0
+    assert kept_labels(labels, baseline, "none").tolist() == [0, 1, 2, 3, 4]
     with pytest.raises(ValueError, match="one length"):
         kept_labels(labels, baseline[:4], LabelFilter.NONE)
+    with pytest.raises(ValueError, match="label_filter"):
+        kept_labels(labels, baseline, "agree")
 
 
 def test_student_without_labels_distils_and_without_either_is_refused():

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from dpkd_audit import _validate
+from dpkd_audit.pipelines.common.config import parse_enum
 
 __all__ = ["LabelFilter", "QuerySelection", "kept_labels", "select_queries"]
 
@@ -60,8 +61,10 @@ def kept_labels(labels: np.ndarray, baseline_labels: np.ndarray,
         ``BASELINE_AGREEMENT``).
 
     Raises:
-        ValueError: If the two label arrays are not 1-d of one length.
+        ValueError: If the two label arrays are not 1-d of one length, or on an unknown
+            ``label_filter``.
     """
+    label_filter = parse_enum(LabelFilter, "label_filter", label_filter)
     labels, baseline_labels = np.asarray(labels), np.asarray(baseline_labels)
     if labels.ndim != 1 or labels.shape != baseline_labels.shape:
         raise ValueError("labels and baseline_labels must be 1-d arrays of one length; got "
