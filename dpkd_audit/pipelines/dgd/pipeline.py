@@ -512,6 +512,8 @@ class DgdResult:
     teacher_accuracy_mean: float
     ensemble_plurality_accuracy: float
     label_baseline_agreement: float
+    #: Released labels the student trained on (``config.active_label_filter``).
+    labels_used: int
     epsilon: float
     epsilon_published: float
     epsilon_queries_rdp: float
@@ -531,9 +533,6 @@ class DgdResult:
     charges: tuple[dict[str, Any], ...]
     latent_charges: tuple[dict[str, Any], ...] = ()
     shared_stages: tuple[str, ...] = ()
-    #: Released labels the student trained on (``config.active_label_filter``); ``None``:
-    #: every one (``queries``).
-    labels_used: int | None = None
     #: The released feature statistics (sound mode), else ``None``.
     statistics: ReferenceStatistics | None = dataclasses.field(default=None, repr=False,
                                                                compare=False)
@@ -574,7 +573,7 @@ class DgdResult:
             "withheld": None if published else WITHHELD,
             "label_baseline_agreement": self.label_baseline_agreement,
             "label_filter": config.active_label_filter.value,
-            "labels_used": self.queries if self.labels_used is None else self.labels_used,
+            "labels_used": self.labels_used,
             "teachers": config.ensemble.num_teachers,
             "shard_sizes": {"min": self.shard_sizes[0], "max": self.shard_sizes[1]},
             "accuracy_curve": [list(p) for p in self.accuracy_curve],
@@ -742,6 +741,7 @@ def run(config: DgdConfig, *, ledger: Ledger, rng: np.random.Generator,
         teacher_accuracy_mean=float(np.mean(prepared.ensemble.result.teacher_accuracy)),
         ensemble_plurality_accuracy=prepared.ensemble.plurality_accuracy,
         label_baseline_agreement=float(np.mean(labels == baseline_labels)),
+        labels_used=int(kept.shape[0]),
         epsilon=epsilon, epsilon_published=published,
         epsilon_queries_rdp=queries_epsilon(config, num_classes, queries),
         epsilon_queries_pld=queries_epsilon(config, num_classes, queries,
@@ -753,5 +753,4 @@ def run(config: DgdConfig, *, ledger: Ledger, rng: np.random.Generator,
         accuracy_curve=student.curve, dp_sgd=prepared.dp_sgd, seconds=seconds,
         device=describe_device(device), charges=_charge_record(ledger, charged_before),
         latent_charges=latent_charges, statistics=prepared.statistics,
-        labels_used=int(kept.shape[0]),
         student=student.model.eval())
