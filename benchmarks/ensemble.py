@@ -21,6 +21,7 @@ Usage (MNIST, CPU, 2 threads):
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import platform
 import time
@@ -33,7 +34,9 @@ from dpkd_audit.data import load_dataset
 from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.ensemble import (
     EnsembleConfig,
+    EnsembleKernel,
     TeacherEnsemble,
+    choose_kernel,
     shard_of_records,
     train_ensemble,
 )
@@ -70,60 +73,78 @@ def _loop(images: np.ndarray, labels: np.ndarray, shards: np.ndarray, teachers: 
     return time.perf_counter() - start, accuracy
 
 
-def _grouped_forward(model: TeacherEnsemble, x: torch.Tensor, layout: str) -> torch.Tensor:
-    """The ensemble's forward with the grouped convolutions in ``layout`` (nchw / nhwc)."""
-    n = model.num_teachers
-    if x.shape[1] == 1 and n > 1:
-        x = x.expand(-1, n, -1, -1)
-    x = x.contiguous(memory_format=torch.channels_last if layout == "nhwc"
-                     else torch.contiguous_format)
-    x = F.max_pool2d(F.relu(F.conv2d(x, model.conv1, model.bias1, padding=1, groups=n)), 2)
-    x = F.max_pool2d(F.relu(F.conv2d(x, model.conv2, model.bias2, padding=1, groups=n)), 2)
-    x = x.reshape(x.shape[0], n, model.features)
-    return torch.einsum("btf,tfk->btk", x, model.head) + model.head_bias
-
-
-def _variants(args: argparse.Namespace, device: torch.device) -> None:
-    """Milliseconds per training step of all teachers: layouts x precisions (for the GPU)."""
+def _variants(args: argparse.Namespace, device: torch.device) -> dict:
+    """Milliseconds per training step of all teachers: kernel x layout x precision."""
     widths = tuple(int(w) for w in args.widths.split(","))
     model = TeacherEnsemble(num_teachers=args.teachers, widths=widths, image_shape=(28, 28),
                             num_classes=10, generator=torch.Generator().manual_seed(0)).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     gen = torch.Generator(device=device).manual_seed(0)
     x = torch.rand(args.batch_size, args.teachers, 28, 28, device=device, generator=gen)
     y = torch.randint(0, 10, (args.batch_size, args.teachers), device=device, generator=gen)
     out = {"device": describe_device(device), "teachers": args.teachers, "widths": list(widths),
-           "batch_size": args.batch_size}
-    for layout in ("nhwc", "nchw"):
-        for precision in ("fp32", "bf16", "tf32"):
-            if precision != "fp32" and device.type != "cuda":
+           "batch_size": args.batch_size, "torch": torch.__version__}
+    forms = [("grouped_nhwc", EnsembleKernel.GROUPED), ("grouped_nchw", EnsembleKernel.GROUPED),
+             ("im2col", EnsembleKernel.IM2COL), ("loop", EnsembleKernel.LOOP)]
+    precisions = ("fp32", "tf32", "bf16") if device.type == "cuda" else ("fp32",)
+    for name, kernel in forms:
+        for precision in precisions:
+            if name == "loop" and precision != "fp32":
                 continue
             torch.backends.cudnn.allow_tf32 = precision == "tf32"
             torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+            trial = copy.deepcopy(model)
+            trial.kernel = kernel
+            optimizer = torch.optim.Adam(trial.parameters(), lr=1e-3)
+            layout = torch.contiguous_format if name == "grouped_nchw" else None
 
-            def step(layout: str = layout, precision: str = precision) -> None:
+            def step(trial=trial, optimizer=optimizer, layout=layout,
+                     precision=precision) -> None:
+                inputs = x if layout is None else x.contiguous(memory_format=layout)
                 with torch.autocast(device.type, dtype=torch.bfloat16,
                                     enabled=precision == "bf16"):
-                    logits = _grouped_forward(model, x, layout)
+                    if layout is None:
+                        logits = trial(inputs)
+                    else:  # grouped convolutions without channels-last
+                        logits = _grouped_nchw(trial, inputs)
                     loss = F.cross_entropy(logits.reshape(-1, 10).float(), y.reshape(-1))
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
 
-            for _ in range(3):  # autotuning and allocation outside the timer
-                step()
+            key = f"{name}_{precision}_ms_per_step"
+            try:
+                for _ in range(2):  # autotuning and allocation outside the timer
+                    step()
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                for _ in range(args.steps):
+                    step()
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                out[key] = round(1000 * (time.perf_counter() - start) / args.steps, 2)
+            except torch.cuda.OutOfMemoryError:
+                out[key] = "out of memory"
+            del trial, optimizer
             if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            for _ in range(args.steps):
-                step()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            out[f"{layout}_{precision}_ms_per_step"] = round(
-                1000 * (time.perf_counter() - start) / args.steps, 2)
-    torch.backends.cudnn.allow_tf32 = True  # PyTorch's default for convolutions
+                torch.cuda.empty_cache()
+            print(json.dumps({key: out[key]}), flush=True)
+    torch.backends.cudnn.allow_tf32 = True  # PyTorch's defaults
     torch.backends.cuda.matmul.allow_tf32 = False
-    print(json.dumps(out, indent=2))
+    if device.type == "cuda":
+        kernel, timings = choose_kernel(model, batch_size=args.batch_size, device=device)
+        out["auto_kernel"] = kernel.value
+        out["auto_timings_ms"] = {k: round(1000 * v, 2) for k, v in timings.items()}
+    return out
+
+
+def _grouped_nchw(model: TeacherEnsemble, x: torch.Tensor) -> torch.Tensor:
+    """The grouped kernel's forward without channels-last (for the variants only)."""
+    n = model.num_teachers
+    x = F.max_pool2d(F.relu(F.conv2d(x, model.conv1, model.bias1, padding=1, groups=n)), 2)
+    x = F.max_pool2d(F.relu(F.conv2d(x, model.conv2, model.bias2, padding=1, groups=n)), 2)
+    x = x.reshape(x.shape[0], n, model.features)
+    return torch.einsum("btf,tfk->btk", x, model.head) + model.head_bias
 
 
 def main() -> None:
@@ -139,15 +160,24 @@ def main() -> None:
                         help="teachers the loop trains (its time is scaled to --teachers)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--kernel", default="auto",
+                        choices=[k.value for k in EnsembleKernel],
+                        help="the batched run's kernel (default auto: loop on CPU, the faster "
+                             "of grouped and im2col on CUDA)")
+    parser.add_argument("--out", help="also write the JSON result to this file")
     parser.add_argument("--variants", action="store_true",
-                        help="only time one training step of all teachers per layout (NHWC, "
-                             "NCHW) and precision (fp32; on CUDA also TF32 and bf16 autocast), "
-                             "on random images: which form the GPU runs fastest")
+                        help="only time one training step of all teachers per kernel "
+                             "(grouped NHWC / NCHW, im2col, loop) and precision (fp32; on CUDA "
+                             "also TF32 and bf16 autocast), on random images")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     if args.variants:
-        _variants(args, device)
+        out = _variants(args, device)
+        print(json.dumps(out, indent=2))
+        if args.out:
+            with open(args.out, "w", encoding="utf-8") as handle:
+                json.dump(out, handle, indent=2)
         return
     data = load_dataset(args.dataset, data_dir=args.data_dir)
     widths = tuple(int(w) for w in args.widths.split(","))
@@ -160,12 +190,12 @@ def main() -> None:
                               batch_size=args.batch_size, learning_rate=args.learning_rate)
         train_ensemble(data.train_images, data.train_labels, shards, num_classes=10,
                        config=warm, test_images=test_images, test_labels=test_labels, seed=0,
-                       device=device, progress=False)
+                       device=device, progress=False, kernel=args.kernel)
         torch.cuda.synchronize()
     start = time.perf_counter()
     batched = train_ensemble(data.train_images, data.train_labels, shards, num_classes=10,
                              config=config, test_images=test_images, test_labels=test_labels,
-                             seed=0, device=device, progress=False)
+                             seed=0, device=device, progress=False, kernel=args.kernel)
     if device.type == "cuda":
         torch.cuda.synchronize()
     batched_seconds = time.perf_counter() - start
@@ -180,7 +210,9 @@ def main() -> None:
     out = {
         "device": describe_device(device), "machine": platform.machine(),
         "teachers": args.teachers, "widths": list(widths), "steps": args.steps,
-        "batch_size": args.batch_size, "batched_seconds": round(batched_seconds, 2),
+        "batch_size": args.batch_size, "kernel": batched.kernel.value,
+        "kernel_timings_ms": {k: round(1000 * v, 2) for k, v in batched.kernel_timings.items()},
+        "batched_seconds": round(batched_seconds, 2),
         "loop_seconds_measured": round(loop_seconds, 2),
         "loop_teachers_measured": len(loop_teachers),
         "loop_seconds_scaled_to_all": round(loop_all, 2),
@@ -190,6 +222,9 @@ def main() -> None:
         "accuracy_batched_all_teachers": round(float(np.mean(batched.teacher_accuracy)), 4),
     }
     print(json.dumps(out, indent=2))
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as handle:
+            json.dump(out, handle, indent=2)
 
 
 if __name__ == "__main__":

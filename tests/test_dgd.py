@@ -86,8 +86,9 @@ def tiny(**overrides):
 # --------------------------------------------------------------------------- ensemble
 
 
-def test_batched_ensemble_equals_per_teacher_training(digits):
-    """Grouped convolutions + summed losses train each teacher as its own run would."""
+@pytest.mark.parametrize("kernel", ["loop", "grouped", "im2col"])
+def test_batched_ensemble_equals_per_teacher_training(digits, kernel):
+    """Every kernel + summed losses train each teacher as its own run would."""
     n, steps, b = 4, 3, 8
     images, labels = digits.train_images[:200], digits.train_labels[:200]
     shards = shard_of_records(images, n, key=b"k" * 16)
@@ -95,7 +96,8 @@ def test_batched_ensemble_equals_per_teacher_training(digits):
                             learning_rate=1e-2)
     batched = train_ensemble(images, labels, shards, num_classes=10, config=config,
                              test_images=images[:10], test_labels=labels[:10], seed=7,
-                             device="cpu", progress=False).ensemble
+                             device="cpu", progress=False, kernel=kernel).ensemble
+    assert batched.kernel.value == kernel
     # the reference: the same initial weights and draws, one model and one Adam per teacher
     generator = torch.Generator().manual_seed(7)
     initial = TeacherEnsemble(num_teachers=n, widths=(3, 5), image_shape=(8, 8),

@@ -9,7 +9,9 @@ import torch.nn.functional as F  # noqa: N812
 
 from dpkd_audit.pipelines.common.ensemble import (
     EnsembleConfig,
+    EnsembleKernel,
     TeacherEnsemble,
+    choose_kernel,
     shard_of_records,
     train_ensemble,
 )
@@ -109,3 +111,65 @@ def test_training_is_deterministic_and_checks_its_input() -> None:
         EnsembleConfig(num_teachers=1)
     with pytest.raises(ValueError, match="widths"):
         EnsembleConfig(widths=(4,))
+
+
+@pytest.mark.parametrize("shape", [(8, 8), (10, 10), (9, 7)])
+def test_kernels_agree_on_logits_and_gradients(shape: tuple[int, int]) -> None:
+    """LOOP and IM2COL compute what GROUPED does (odd sizes: pooling drops the last row)."""
+    base = TeacherEnsemble(num_teachers=3, widths=(3, 5), image_shape=shape, num_classes=4,
+                           generator=torch.Generator().manual_seed(0))
+    x = torch.rand(5, 3, *shape, generator=torch.Generator().manual_seed(1))
+    shared = torch.rand(5, 1, *shape, generator=torch.Generator().manual_seed(2))
+    got = {}
+    for kernel in EnsembleKernel:
+        if kernel is EnsembleKernel.AUTO:
+            continue
+        model = TeacherEnsemble(num_teachers=3, widths=(3, 5), image_shape=shape,
+                                num_classes=4, generator=torch.Generator().manual_seed(0),
+                                kernel=kernel)
+        model.load_state_dict(base.state_dict())
+        out = model(x)
+        out.square().sum().backward()
+        got[kernel] = (out.detach(), model(shared).detach(), model.conv1.grad,
+                       model.conv2.grad, model.head.grad, model.bias2.grad)
+    for kernel in (EnsembleKernel.LOOP, EnsembleKernel.IM2COL):
+        for a, b in zip(got[kernel], got[EnsembleKernel.GROUPED], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_im2col_inference_is_chunked_and_equal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dpkd_audit.pipelines.common.ensemble as module
+
+    model = _ensemble(3).eval()
+    x = torch.rand(7, 1, 8, 8, generator=torch.Generator().manual_seed(4))
+    whole = model(x)
+    model.kernel = EnsembleKernel.IM2COL
+    monkeypatch.setattr(module, "_IM2COL_CHUNK_BYTES", 3 * 9 * 64 * 4 * 2)  # 2 images
+    with torch.inference_mode():
+        torch.testing.assert_close(model(x), whole, rtol=1e-4, atol=1e-5)
+
+
+def test_kernel_choice_and_bad_kernels() -> None:
+    from dpkd_audit.data import load_dataset
+
+    model = _ensemble(2)
+    kernel, timings = choose_kernel(model, batch_size=4, device=torch.device("cpu"))
+    assert kernel is EnsembleKernel.LOOP and timings == {}
+    data = load_dataset("digits")
+    shards = shard_of_records(data.train_images, 2, key=KEY)
+    config = EnsembleConfig(num_teachers=2, widths=(2, 2), steps=1, batch_size=4)
+    result = train_ensemble(data.train_images, data.train_labels, shards, num_classes=10,
+                            config=config, test_images=data.test_images[:5],
+                            test_labels=data.test_labels[:5], seed=0, device="cpu",
+                            progress=False)
+    assert result.kernel is EnsembleKernel.LOOP and result.ensemble.kernel is result.kernel
+    with pytest.raises(ValueError, match=r"kernel must be one of .*got 'fused'"):
+        train_ensemble(data.train_images, data.train_labels, shards, num_classes=10,
+                       config=config, test_images=data.test_images[:5],
+                       test_labels=data.test_labels[:5], seed=0, device="cpu",
+                       progress=False, kernel="fused")
+    with pytest.raises(ValueError, match="resolved by choose_kernel"):
+        TeacherEnsemble(num_teachers=2, widths=(2, 2), image_shape=(8, 8), num_classes=3,
+                        generator=torch.Generator(), kernel="auto")
+    with pytest.raises(ValueError, match=r"x must be \(batch, 1 or 2, h, w\)"):
+        model(torch.rand(3, 5, 8, 8))

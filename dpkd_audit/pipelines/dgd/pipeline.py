@@ -531,6 +531,9 @@ class DgdResult:
     seconds: dict[str, float]
     device: str
     charges: tuple[dict[str, Any], ...]
+    #: How the teacher ensemble's convolutions ran (an ``EnsembleKernel`` value; no effect
+    #: on the result beyond float rounding).
+    ensemble_kernel: str = "grouped"
     latent_charges: tuple[dict[str, Any], ...] = ()
     shared_stages: tuple[str, ...] = ()
     #: The released feature statistics (sound mode), else ``None``.
@@ -600,6 +603,7 @@ class DgdResult:
             "seed": config.seed,
             "preset": config.preset.value,
             "device": self.device,
+            "ensemble_kernel": self.ensemble_kernel,
             "seconds": dict(self.seconds),
             "shared_stages": list(self.shared_stages),
             "charges": list(self.charges),
@@ -752,5 +756,6 @@ def run(config: DgdConfig, *, ledger: Ledger, rng: np.random.Generator,
         vae_loss=prepared.vae.loss_terms, student_loss=student.loss_terms,
         accuracy_curve=student.curve, dp_sgd=prepared.dp_sgd, seconds=seconds,
         device=describe_device(device), charges=_charge_record(ledger, charged_before),
+        ensemble_kernel=prepared.ensemble.result.kernel.value,
         latent_charges=latent_charges, statistics=prepared.statistics,
         student=student.model.eval())
