@@ -6,7 +6,9 @@ with the same number of Adam steps and batch size: the batched run is
 optimizer); the loop trains one :class:`TeacherEnsemble` of a single teacher at a time, each
 with its own Adam, drawing its mini-batches from its own shard. The loop is timed on
 ``--loop-teachers`` teachers and scaled to all of them (stated in the output); the accuracy of
-those teachers is compared with the batched run's accuracy of the same teachers.
+those teachers is compared with the batched run's accuracy of the same teachers. The loop is
+timed before and after the batched run and the two times averaged (a shared machine's speed
+drifts over minutes; a linear drift cancels).
 
 Usage (MNIST, CPU, 2 threads):
     python benchmarks/ensemble.py --data-dir ../shared/data/mnist --teachers 250 \
@@ -192,6 +194,18 @@ def main() -> None:
                        config=warm, test_images=test_images, test_labels=test_labels, seed=0,
                        device=device, progress=False, kernel=args.kernel)
         torch.cuda.synchronize()
+    loop_teachers = list(range(min(args.loop_teachers, args.teachers)))
+    test_x = torch.from_numpy(np.array(test_images)).float().div(255.0).unsqueeze(1).to(device)
+    test_y = torch.from_numpy(test_labels.astype(np.int64)).to(device)
+
+    def loop() -> tuple[float, list[float]]:
+        return _loop(data.train_images, data.train_labels, shards, loop_teachers,
+                     config=config, image_shape=data.image_shape, device=device,
+                     test_x=test_x, test_y=test_y, seed=0)
+
+    # the loop is timed before and after the batched run and the two averaged: a shared
+    # machine's speed drifts over minutes, and a drift that is linear in time cancels
+    loop_before, loop_accuracy = loop()
     start = time.perf_counter()
     batched = train_ensemble(data.train_images, data.train_labels, shards, num_classes=10,
                              config=config, test_images=test_images, test_labels=test_labels,
@@ -199,12 +213,8 @@ def main() -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
     batched_seconds = time.perf_counter() - start
-    loop_teachers = list(range(min(args.loop_teachers, args.teachers)))
-    test_x = torch.from_numpy(np.array(test_images)).float().div(255.0).unsqueeze(1).to(device)
-    test_y = torch.from_numpy(test_labels.astype(np.int64)).to(device)
-    loop_seconds, loop_accuracy = _loop(
-        data.train_images, data.train_labels, shards, loop_teachers, config=config,
-        image_shape=data.image_shape, device=device, test_x=test_x, test_y=test_y, seed=0)
+    loop_after, _ = loop()
+    loop_seconds = (loop_before + loop_after) / 2
     loop_all = loop_seconds * args.teachers / len(loop_teachers)
     same = [batched.teacher_accuracy[t] for t in loop_teachers]
     out = {
@@ -214,6 +224,7 @@ def main() -> None:
         "kernel_timings_ms": {k: round(1000 * v, 2) for k, v in batched.kernel_timings.items()},
         "batched_seconds": round(batched_seconds, 2),
         "loop_seconds_measured": round(loop_seconds, 2),
+        "loop_seconds_before_after": [round(loop_before, 2), round(loop_after, 2)],
         "loop_teachers_measured": len(loop_teachers),
         "loop_seconds_scaled_to_all": round(loop_all, 2),
         "speedup_batched_vs_loop": round(loop_all / batched_seconds, 2),
