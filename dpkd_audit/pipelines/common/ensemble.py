@@ -145,7 +145,9 @@ class TeacherEnsemble(nn.Module):
     """n teachers of DGD's architecture as one module of stacked weights.
 
     ``forward(x)`` takes ``(b, n, h, w)`` (teacher t reads channel t) or ``(b, 1, h, w)`` (every
-    teacher reads the same images) and returns logits ``(b, n, k)``.
+    teacher reads the same images) and returns logits ``(b, n, k)``, computed by the module's
+    ``kernel`` (an :class:`EnsembleKernel` other than ``AUTO``; an attribute, not a weight:
+    the same weights give the same logits within float rounding under every kernel).
     """
 
     def __init__(self, *, num_teachers: int, widths: tuple[int, int],
