@@ -52,6 +52,7 @@ import torch.nn.functional as F  # noqa: N812  (conventional alias)
 from torch import nn
 
 from dpkd_audit import _validate
+from dpkd_audit.pipelines.common.config import parse_enum
 from dpkd_audit.pipelines.common.devices import resolve_device
 from dpkd_audit.pipelines.common.progress import progress_counter
 
@@ -248,11 +249,7 @@ class TeacherEnsemble(nn.Module):
 
 def _concrete_kernel(kernel: EnsembleKernel | str) -> EnsembleKernel:
     """A kernel a module can run (``AUTO`` is resolved by :func:`choose_kernel`)."""
-    try:
-        kernel = EnsembleKernel(kernel)
-    except ValueError:
-        raise ValueError(f"kernel must be one of {', '.join(k.value for k in EnsembleKernel)}; "
-                         f"got {kernel!r}") from None
+    kernel = parse_enum(EnsembleKernel, "kernel", kernel)
     if kernel is EnsembleKernel.AUTO:
         raise ValueError("kernel 'auto' is resolved by choose_kernel() before a module is "
                          "built; give loop, grouped or im2col")
@@ -448,11 +445,7 @@ def train_ensemble(images: np.ndarray, labels: np.ndarray, shards: np.ndarray, *
         raise ValueError(f"config must be an EnsembleConfig; got {type(config).__name__}")
     _validate.check_int("num_classes", num_classes, minimum=2)
     _validate.check_int("seed", seed, minimum=0)
-    try:
-        kernel = EnsembleKernel(kernel)
-    except ValueError:
-        raise ValueError(f"kernel must be one of {', '.join(k.value for k in EnsembleKernel)}; "
-                         f"got {kernel!r}") from None
+    kernel = parse_enum(EnsembleKernel, "kernel", kernel)
     images, labels, shards = np.asarray(images), np.asarray(labels), np.asarray(shards)
     n = config.num_teachers
     if images.ndim != 3 or labels.shape != (images.shape[0],) \
