@@ -84,7 +84,8 @@ def _variants(args: argparse.Namespace, device: torch.device) -> dict:
     x = torch.rand(args.batch_size, args.teachers, 28, 28, device=device, generator=gen)
     y = torch.randint(0, 10, (args.batch_size, args.teachers), device=device, generator=gen)
     out = {"device": describe_device(device), "teachers": args.teachers, "widths": list(widths),
-           "batch_size": args.batch_size, "torch": torch.__version__}
+           "batch_size": args.batch_size, "torch": torch.__version__,
+           "cudnn_benchmark": torch.backends.cudnn.benchmark}
     forms = [("grouped_nhwc", EnsembleKernel.GROUPED), ("grouped_nchw", EnsembleKernel.GROUPED),
              ("im2col", EnsembleKernel.IM2COL), ("loop", EnsembleKernel.LOOP)]
     precisions = ("fp32", "tf32", "bf16") if device.type == "cuda" else ("fp32",)
@@ -167,6 +168,9 @@ def main() -> None:
                         help="the batched run's kernel (default auto: loop on CPU, the faster "
                              "of grouped and im2col on CUDA)")
     parser.add_argument("--out", help="also write the JSON result to this file")
+    parser.add_argument("--cudnn-benchmark", action="store_true",
+                        help="let cuDNN time its convolution algorithms for each shape "
+                             "(torch.backends.cudnn.benchmark; off by default in PyTorch)")
     parser.add_argument("--variants", action="store_true",
                         help="only time one training step of all teachers per kernel "
                              "(grouped NHWC / NCHW, im2col, loop) and precision (fp32; on CUDA "
@@ -174,6 +178,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     if args.variants:
         out = _variants(args, device)
         print(json.dumps(out, indent=2))

@@ -12,6 +12,7 @@ from dpkd_audit.pipelines.common.ensemble import (
     EnsembleKernel,
     TeacherEnsemble,
     choose_kernel,
+    cuda_settings,
     shard_of_records,
     train_ensemble,
 )
@@ -173,3 +174,20 @@ def test_kernel_choice_and_bad_kernels() -> None:
                         generator=torch.Generator(), kernel="auto")
     with pytest.raises(ValueError, match=r"x must be \(batch, 1 or 2, h, w\)"):
         model(torch.rand(3, 5, 8, 8))
+
+
+def test_cuda_settings_turn_on_tf32_and_autotuning_and_restore_them() -> None:
+    flags = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = flags[0].allow_tf32, flags[1].benchmark
+    try:
+        flags[0].allow_tf32, flags[1].benchmark = False, False
+        with cuda_settings(torch.device("cpu")):  # nothing changes on a CPU
+            assert (flags[0].allow_tf32, flags[1].benchmark) == (False, False)
+        # only flags are set (no CUDA call), so a CUDA device can be named without a GPU
+        with pytest.raises(RuntimeError, match="inside"):
+            with cuda_settings(torch.device("cuda")):
+                assert (flags[0].allow_tf32, flags[1].benchmark) == (True, True)
+                raise RuntimeError("inside")
+        assert (flags[0].allow_tf32, flags[1].benchmark) == (False, False)
+    finally:
+        flags[0].allow_tf32, flags[1].benchmark = saved

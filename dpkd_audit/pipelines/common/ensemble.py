@@ -16,12 +16,17 @@ within float tolerance (``tests/test_dgd.py``):
   work, not the launches, is the cost, and PyTorch's dense kernels beat its grouped ones.
 - ``GROUPED``: grouped convolutions (``groups = n``), channels-last.
 - ``IM2COL``: teacher-major activations ``(n, b, h, w, c)``; each 3x3 convolution is an
-  im2col gather and one batched matrix product over teachers (``torch.baddbmm``), the form a
-  GPU's tensor cores run fastest; on CUDA its products use TF32, as PyTorch's convolutions do
-  by default (``torch.backends.cudnn.allow_tf32``).
+  im2col gather and one batched matrix product over teachers (``torch.baddbmm``); on CUDA its
+  products use TF32, as PyTorch's convolutions do by default
+  (``torch.backends.cudnn.allow_tf32``).
 - ``AUTO`` (default): ``LOOP`` on a CPU; on a GPU, whichever of ``GROUPED`` and ``IM2COL``
   runs a training step of this ensemble fastest, timed on a throw-away copy before training
   (the choice and the timings are in :class:`EnsembleResult`).
+
+On CUDA every kernel trains under :func:`cuda_settings` (TF32, cuDNN autotuning). Measured on
+one H100 at DGD's sizes (250 teachers of widths (64, 128), batch 128, TF32; per training step
+of all teachers; ``reports/gpu/h100-2026-11-27``): ``GROUPED`` 181 ms (114 ms autotuned),
+``IM2COL`` 177 ms, ``LOOP`` 217 ms (fp32); bf16 autocast ``GROUPED`` 96 ms (76 ms autotuned).
 
 ``benchmarks/ensemble.py`` measures each against a loop over separate models.
 
@@ -62,6 +67,7 @@ __all__ = [
     "EnsembleResult",
     "TeacherEnsemble",
     "choose_kernel",
+    "cuda_settings",
     "draw_minibatches",
     "shard_of_records",
     "teacher_slice",
@@ -288,17 +294,29 @@ def _pool_teacher_major(x: torch.Tensor) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def _matmul_precision(device: torch.device) -> Iterator[None]:
-    """TF32 products on CUDA (as PyTorch's cuDNN convolutions by default), restored after."""
+def cuda_settings(device: torch.device) -> Iterator[None]:
+    """The ensemble's CUDA settings, each restored after; nothing changes on a CPU.
+
+    - TF32 products (``torch.backends.cuda.matmul.allow_tf32``), as PyTorch's cuDNN
+      convolutions use by default: the ``IM2COL`` kernel's products at the grouped
+      convolutions' precision.
+    - cuDNN autotuning (``torch.backends.cudnn.benchmark``): the ensemble's shapes are fixed
+      for the whole training, and cuDNN's own choice of algorithm for 250 grouped convolutions
+      is far from its fastest: measured on one H100 (``benchmarks/ensemble.py --variants``,
+      250 teachers of widths (64, 128), batch 128, TF32), 181 ms per step without autotuning,
+      114 ms with it (``reports/gpu/h100-2026-11-27``). The chosen algorithm may differ from run
+      to run, and with it the float rounding.
+    """
     if device.type != "cuda":
         yield
         return
-    before = torch.backends.cuda.matmul.allow_tf32
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark
     torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.benchmark = True
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = before
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark = before
 
 
 def _step_seconds(ensemble: TeacherEnsemble, x: torch.Tensor, y: torch.Tensor, *,
@@ -347,7 +365,7 @@ def choose_kernel(ensemble: TeacherEnsemble, *, batch_size: int, device: torch.d
         before = ensemble.kernel
         ensemble.kernel = kernel
         try:
-            with _matmul_precision(device):
+            with cuda_settings(device):
                 timings[kernel.value] = _step_seconds(ensemble, x, y, repeats=repeats)
         except torch.cuda.OutOfMemoryError:
             timings[kernel.value] = math.inf
@@ -481,7 +499,7 @@ def train_ensemble(images: np.ndarray, labels: np.ndarray, shards: np.ndarray, *
     bar = progress_counter(enabled=progress, desc="teacher ensemble", total=config.steps,
                            unit="step")
     ensemble.train()
-    with _matmul_precision(device):
+    with cuda_settings(device):
         _train_steps(ensemble, optimizer, schedule, bar, generator=generator, order=order,
                      offsets=offsets, sizes=sizes_t, x_all=x_all, y_all=y_all, config=config,
                      device=device)
