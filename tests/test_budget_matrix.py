@@ -83,7 +83,9 @@ def test_table_matrix(kind):
             outcome(lambda plan=plan, delta=delta: budget_table(plan, delta=delta))
 
 
-@pytest.mark.parametrize("kind", list(PlanKind), ids=lambda k: k.value)
+@pytest.mark.parametrize("kind", [
+    pytest.param(k, marks=pytest.mark.slow) if k is PlanKind.SUBSAMPLED_GAUSSIAN else k
+    for k in PlanKind], ids=lambda k: k.value)
 def test_solve_noise_matrix(kind):
     for count, delta, target in itertools.product(COUNTS, SOLVE_DELTAS, TARGETS):
         plan = make_plan(kind, None, count)

@@ -140,6 +140,7 @@ def test_archive_and_overview(tiny: tuple[Path, Path]) -> None:
         assert stages.read().decode() == (out / "stages.jsonl").read_text()  # the last stage in
 
 
+@pytest.mark.slow  # reuses the tiny run's records (its 40 s fixture)
 def test_failed_and_timed_out_stages_do_not_stop_the_later_ones(
         tiny: tuple[Path, Path], tmp_path: Path) -> None:
     out = tmp_path / "again"
