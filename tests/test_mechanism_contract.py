@@ -241,3 +241,50 @@ def test_randomness_must_be_injected(mech):
         mech.sample(x, 3, rng=np.random.RandomState(0))
     with pytest.raises(ValueError, match="rng"):
         mech.release(x, rng=None)
+
+
+def _empty_forms(x) -> list[np.ndarray]:
+    """Zero-size arrays: generic ones (float and integer, 1-d and 2-d) and, where the input is
+    an array, its own shape with no rows (for a matrix also with no columns)."""
+    forms = [np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, 3))]
+    if isinstance(x, (tuple, dict, str, bytes)):
+        return forms
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError):
+        return forms
+    if arr.ndim == 0 or arr.dtype == object:
+        return forms
+    return [*forms, arr[:0], *([arr[:, :0]] if arr.ndim >= 2 else [])]
+
+
+EMPTY_CASES = [pytest.param(m, empty, id=f"{type(m).__name__}-{empty.dtype}{empty.shape}-{i}")
+               for m in EXAMPLES for i, empty in enumerate(_empty_forms(m.neighbours()[0]))]
+
+
+@pytest.mark.parametrize(("mech", "empty"), EMPTY_CASES)
+def test_empty_input_is_refused_before_any_charge(mech, empty):
+    """An empty input releases nothing: refused by name, the ledger left untouched (issue 32:
+    ``Laplace.release(np.array([]), ledger=...)`` used to charge and return an empty array)."""
+    ledger = Ledger(epsilon=1e6, delta=0.5)
+    rng = np.random.default_rng(3)
+    with pytest.raises(ValueError, match="must"):
+        mech.release(empty, rng=rng, ledger=ledger)
+    with pytest.raises(ValueError, match="must"):
+        mech.sample(empty, 3, rng=rng)
+    assert ledger.charges() == []
+
+
+def test_shuffler_refuses_users_inputs_of_different_shapes_before_the_charge():
+    """Issue 32: one user's input an array, the others' scalars used to charge the ledger, then
+    fail in numpy while stacking the reports."""
+    from dpkd_audit.mechanisms import RandomizedResponse, ShuffledRandomizer
+
+    shuffler = ShuffledRandomizer(local=RandomizedResponse(epsilon=1.0, num_classes=3),
+                                  num_users=4)
+    ledger = Ledger(epsilon=1e6, delta=0.5)
+    with pytest.raises(ValueError, match=r"one shape.*user 0's has shape \(2,\), user 1's \(\)"):
+        shuffler.release([np.array([0, 1]), 1, 2, 0], rng=np.random.default_rng(0),
+                         ledger=ledger)
+    assert ledger.charges() == []
+    assert len(shuffler.release([0, 1, 2, 0], rng=np.random.default_rng(0), ledger=ledger)) == 4

@@ -442,6 +442,12 @@ MECHS = [Laplace(epsilon=1.0), Gaussian(epsilon=1.0, delta=1e-5),
 @pytest.mark.parametrize("shape", [(), (3,), (2, 3), (0,)])
 def test_sample_and_release_shapes(mech, shape):
     value = np.ones(shape, dtype=np.int64)
+    if 0 in shape:  # nothing to release: refused before any charge (issue 32)
+        with pytest.raises(ValueError, match="at least one entry"):
+            mech.sample(value, 5, rng=rng_(20))
+        with pytest.raises(ValueError, match="at least one entry"):
+            mech.release(value, rng=rng_(21))
+        return
     batch = mech.sample(value, 5, rng=rng_(20))
     assert isinstance(batch, np.ndarray) and batch.shape == (5, *shape)
     one = mech.release(value, rng=rng_(21))

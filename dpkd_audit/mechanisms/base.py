@@ -173,6 +173,18 @@ class Mechanism(abc.ABC):
         """
         return None
 
+    def _checked(self, value: Any) -> Any:
+        """:meth:`_check_value`, then refuse an input with nothing in it.
+
+        An empty array (any shape with a zero) releases nothing, so it must not be charged
+        either: refused here, for every mechanism, before :meth:`release` charges.
+        """
+        checked = self._check_value(value)
+        if isinstance(checked, np.ndarray) and checked.size == 0:
+            raise ValueError(f"value must hold at least one entry; got an empty array of shape "
+                             f"{checked.shape}")
+        return checked
+
     def _values_per_output(self, value: Any) -> int:
         """Values drawn or returned per output on the validated ``value`` (for the size cap).
 
@@ -195,7 +207,7 @@ class Mechanism(abc.ABC):
         """
         n = _validate.check_sample_count(n)
         rng = _validate.check_generator(rng)
-        value = self._check_value(value)
+        value = self._checked(value)
         _validate.check_output_size(n, self._values_per_output(value))
         return self._sample(value, n, rng)
 
@@ -210,7 +222,7 @@ class Mechanism(abc.ABC):
         charge is durably recorded before the output exists.
         """
         rng = _validate.check_generator(rng)
-        value = self._check_value(value)
+        value = self._checked(value)
         per_output = self._values_per_output(value)
         if per_output > _validate.MAX_SAMPLE_VALUES:
             raise ValueError(f"value must give outputs of at most {_validate.MAX_SAMPLE_VALUES:.0e}"

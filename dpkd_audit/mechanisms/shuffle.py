@@ -165,6 +165,12 @@ class ShuffledRandomizer(Mechanism):
                       for g in range(len(distinct))]
             return groups, inverse.astype(np.int64)
         groups = [self._check_user(v, i) for i, v in enumerate(value)]
+        shapes = [np.shape(g) for g in groups]
+        if any(shape != shapes[0] for shape in shapes):
+            odd = next(i for i, shape in enumerate(shapes) if shape != shapes[0])
+            raise ValueError(f"value must give every user an input of one shape (the shuffler "
+                             f"stacks their reports); user 0's has shape {shapes[0]}, user "
+                             f"{odd}'s {shapes[odd]}")
         return groups, np.arange(self.num_users, dtype=np.int64)
 
     def _values_per_output(self, value: tuple[list[Any], np.ndarray]) -> int:
