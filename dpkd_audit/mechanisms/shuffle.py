@@ -166,8 +166,8 @@ class ShuffledRandomizer(Mechanism):
             return groups, inverse.astype(np.int64)
         groups = [self._check_user(v, i) for i, v in enumerate(value)]
         shapes = [np.shape(g) for g in groups]
-        if any(shape != shapes[0] for shape in shapes):
-            odd = next(i for i, shape in enumerate(shapes) if shape != shapes[0])
+        odd = next((i for i, shape in enumerate(shapes) if shape != shapes[0]), None)
+        if odd is not None:
             raise ValueError(f"value must give every user an input of one shape (the shuffler "
                              f"stacks their reports); user 0's has shape {shapes[0]}, user "
                              f"{odd}'s {shapes[odd]}")
