@@ -15,7 +15,14 @@ Usage (CPU, the small preset; a narrow ResNet-34 to see the paper's layer count 
     python benchmarks/dpdfd_bn_terms.py --data-dir ../shared/data --preset paper \
         --teacher-width 8 --teacher-epochs 1 --generator-steps 200
 
-On a GPU: ``--preset paper --teacher-epochs 3 --device cuda`` is the window's run.
+``--betas 10,1,0.1`` fits one generator per BatchNorm-term weight (the paper's 10 first)
+against the same teacher and, for each, labels ``--probe-images`` generator samples with the
+teacher's argmax and trains a plain cross-entropy student on them (the DGD small preset's
+width-16 student, ``--probe-steps`` steps; no randomized response): its real test accuracy says
+what the images teach, whatever the labels' privacy. One JSON object per beta.
+
+On a GPU: ``--preset paper --teacher-epochs 3 --betas 10,1,0.1 --device cuda`` is the window's
+run.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ from dpkd_audit.pipelines.common.generator import (
 )
 from dpkd_audit.pipelines.common.progress import StageTimer
 from dpkd_audit.pipelines.common.source import fit_source
+from dpkd_audit.pipelines.dgd import DgdConfig
+from dpkd_audit.pipelines.dgd.student import train_tnar_student
 from dpkd_audit.pipelines.dpdfd import DpdfdConfig
 from dpkd_audit.pipelines.dpdfd.pipeline import load_data
 
@@ -68,7 +77,13 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", help="also write the JSON result to this file")
+    parser.add_argument("--betas", help="comma-separated BatchNorm-term weights, one generator "
+                        "each (default: the preset's beta)")
+    parser.add_argument("--probe-images", type=int, default=5000,
+                        help="generator samples labelled by the teacher for the student probe")
+    parser.add_argument("--probe-steps", type=int, default=400,
+                        help="steps of the probe's plain student (0: no probe)")
+    parser.add_argument("--out", help="also write the JSON results to this file (one per line)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -89,23 +104,56 @@ def main() -> None:
     timer = StageTimer(verbose=False)
     teacher, accuracy = fit_source(dataset, config=teacher_config, role="teacher", timer=timer,
                                    seed=config.seed, device=device, progress=True)
-    start = time.perf_counter()
-    trainer = GeneratorTrainer(teacher, image_shape=dataset.image_shape,
-                               num_classes=dataset.num_classes, config=generator_config,
-                               seed=config.seed + 1, device=device,
-                               pixel_scale=generator_pixel_scale(generator_config,
-                                                                 dataset.train_images))
-    trainer.train(generator_config.steps, progress=True)
-    fitted = trainer.result()
-    generator_seconds = time.perf_counter() - start
+    betas = ([generator_config.beta] if args.betas is None
+             else [float(b) for b in args.betas.split(",")])
+    if any(not b >= 0 for b in betas):
+        parser.error(f"--betas must be numbers >= 0; got {args.betas!r}")
     draws = torch.Generator().manual_seed(args.seed + 7)
-    batches = {"train": _batch(dataset.train_images, args.batch, device),
-               "test": _batch(dataset.test_images, args.batch, device),
-               "generator": fitted.generator.sample(args.batch, draws).to(device)}
-    layers = {name: _per_layer(teacher, images) for name, images in batches.items()}
+    real = {"train": _batch(dataset.train_images, args.batch, device),
+            "test": _batch(dataset.test_images, args.batch, device)}
+    real_layers = {name: _per_layer(teacher, images) for name, images in real.items()}
+    test = _batch(dataset.test_images, len(dataset.test_images), device)
+    for beta in betas:
+        config_beta = replace(generator_config, beta=beta)
+        start = time.perf_counter()
+        trainer = GeneratorTrainer(teacher, image_shape=dataset.image_shape,
+                                   num_classes=dataset.num_classes, config=config_beta,
+                                   seed=config.seed + 1, device=device,
+                                   pixel_scale=generator_pixel_scale(config_beta,
+                                                                     dataset.train_images))
+        trainer.train(config_beta.steps, progress=True)
+        fitted = trainer.result()
+        generator_seconds = time.perf_counter() - start
+        layers = dict(real_layers)
+        layers["generator"] = _per_layer(
+            teacher, fitted.generator.sample(args.batch, draws).to(device))
+        out = _result(args, device, teacher_config, accuracy, timer, config_beta, fitted,
+                      generator_seconds, layers)
+        if args.probe_steps > 0:
+            out["probe"] = _probe(fitted.generator, teacher, test, dataset, device, args)
+        summary = {k: out[k] for k in ("device", "preset", "teacher", "bn_layers",
+                                       "bn_distance_total", "probe") if k in out}
+        summary["generator"] = {k: out["generator"][k] for k in (
+            "beta", "steps", "class_histogram", "teacher_confident_share", "seconds")}
+        print(json.dumps(summary, indent=2), flush=True)
+        worst = sorted(range(out["bn_layers"]), reverse=True, key=lambda i: (
+            layers["generator"][i]["mean"] + layers["generator"][i]["var"]))
+        for i in worst[:8]:
+            row = " ".join(f"{name} {layers[name][i]['mean'] + layers[name][i]['var']:9.3f}"
+                           for name in layers)
+            print(f"layer {i:2d} ({layers['train'][i]['channels']:3d} channels): {row}")
+        if args.out:
+            with open(args.out, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(out) + "\n")
+
+
+def _result(args: argparse.Namespace, device: torch.device, teacher_config, accuracy: float,
+            timer: StageTimer, generator_config, fitted, generator_seconds: float,
+            layers: dict[str, list[dict[str, float]]]) -> dict:
+    """One beta's JSON record."""
     totals = {name: round(sum(d["mean"] + d["var"] for d in rows), 4)
               for name, rows in layers.items()}
-    out = {
+    return {
         "device": describe_device(device), "dataset": args.dataset, "preset": args.preset,
         "teacher": {"architecture": teacher_config.architecture.value,
                     "width": teacher_config.width,
@@ -123,20 +171,30 @@ def main() -> None:
             name: [{k: round(v, 4) if isinstance(v, float) else v for k, v in d.items()}
                    for d in rows] for name, rows in layers.items()},
     }
-    summary = {k: out[k] for k in ("device", "preset", "teacher", "bn_layers",
-                                   "bn_distance_total")}
-    summary["generator"] = {k: out["generator"][k] for k in ("steps", "class_histogram",
-                                                             "teacher_confident_share")}
-    print(json.dumps(summary, indent=2))
-    worst = sorted(range(out["bn_layers"]), reverse=True,
-                   key=lambda i: layers["generator"][i]["mean"] + layers["generator"][i]["var"])
-    for i in worst[:8]:
-        row = " ".join(f"{name} {layers[name][i]['mean'] + layers[name][i]['var']:9.3f}"
-                       for name in batches)
-        print(f"layer {i:2d} ({layers['train'][i]['channels']:3d} channels): {row}")
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            json.dump(out, handle, indent=2)
+
+
+def _probe(generator, teacher: torch.nn.Module, test: torch.Tensor, dataset,
+           device: torch.device, args: argparse.Namespace) -> dict[str, float]:
+    """A plain student trained on teacher-labelled generator samples, tested on real images."""
+    latents = torch.Generator().manual_seed(args.seed + 11)
+    images = torch.cat([generator.sample(min(1000, args.probe_images - i), latents)
+                        for i in range(0, args.probe_images, 1000)]).to(device)
+    with torch.inference_mode():
+        labels = torch.cat([teacher(images[i:i + 1000]).argmax(dim=1)
+                            for i in range(0, len(images), 1000)]).cpu().numpy()
+    student = dataclasses.replace(DgdConfig.small(dataset=args.dataset).student,
+                                  steps=args.probe_steps, tangent_weight=0.0,
+                                  normal_weight=0.0, entropy_weight=0.0)
+    start = time.perf_counter()
+    result = train_tnar_student(images, labels, codes=None, vae=None,
+                                num_classes=dataset.num_classes, config=student,
+                                test_images=test, test_labels=dataset.test_labels,
+                                seed=args.seed, progress=False)
+    return {"images": args.probe_images, "steps": args.probe_steps,
+            "student_test_accuracy": round(result.test_accuracy, 4),
+            "largest_label_share": round(float(np.bincount(
+                labels, minlength=dataset.num_classes).max() / len(labels)), 4),
+            "seconds": round(time.perf_counter() - start, 1)}
 
 
 if __name__ == "__main__":
