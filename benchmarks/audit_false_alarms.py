@@ -10,9 +10,11 @@ Cases (the tests' configurations): binary randomized response, keep 3/4, epsilon
 400 samples per side; Laplace b = 1, epsilon 1, THRESHOLD, 1,000 per side; and (issue 31) a
 Laplace b = 1 whose outputs are rounded to multiples of 2^-10 (post-processing: still 1-DP, and
 its doubles lie on one grid whatever the input), audited with the default policy (AUTO: every
-attack competes, float bits included), 1,000 per side; each at confidence 0.95 and 0.5.
+attack competes, float bits included), 1,000 per side; and (issue 31, the leaf view) a ragged
+list of 1-4 answers, each x + Laplace(4) snapped to 2^-16, 1-DP for its longest list, AUTO,
+1,000 per side; each at confidence 0.95 and 0.5.
 
-Usage: ``python benchmarks/audit_false_alarms.py [--runs 1000]``.
+Usage: ``python benchmarks/audit_false_alarms.py [--runs 1000] [--only SUBSTRING]``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,13 @@ def snapped_laplace(x, n, rng):
     return np.round((x + rng.laplace(0.0, 1.0, n)) * 1024.0) / 1024.0
 
 
+def ragged_answers(x, n, rng):
+    """1-4 answers (length independent of x), each x + Laplace(4) on 2^-16: 1-DP in all."""
+    lengths = rng.integers(1, 5, n)
+    values = np.round((x + rng.laplace(0.0, 4.0, (n, 4))) * 2**16) / 2**16
+    return [values[j, :k].tolist() for j, k in enumerate(lengths)]
+
+
 def unsplit_laplace_violation(seed: int, n: int, confidence: float) -> bool:
     """Choose the threshold on the very samples that are then counted (the invalid audit)."""
     rng = np.random.default_rng(seed)
@@ -58,10 +67,14 @@ def unsplit_laplace_violation(seed: int, n: int, confidence: float) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--only", help="run the cases whose name holds this text")
     args = parser.parse_args()
     cases = [("binary RR (AUTO, 400/side)", binary_rr(0.75), math.log(3), None, 400),
              ("Laplace (THRESHOLD, 1000/side)", laplace, 1.0, Attack.THRESHOLD, 1000),
-             ("Laplace on 2^-10 (AUTO, 1000/side)", snapped_laplace, 1.0, None, 1000)]
+             ("Laplace on 2^-10 (AUTO, 1000/side)", snapped_laplace, 1.0, None, 1000),
+             ("ragged answers (AUTO, 1000/side)", ragged_answers, 1.0, None, 1000)]
+    if args.only:
+        cases = [c for c in cases if args.only in c[0]]
     for confidence in (0.95, 0.5):
         for name, sampler, eps, attack, n in cases:
             start = time.perf_counter()
@@ -70,6 +83,8 @@ def main() -> None:
                                         attack=attack).violation for i in range(args.runs))
             print(f"confidence {confidence}: {name:32} false alarms {flagged}/{args.runs} "
                   f"= {flagged / args.runs:.1%}  ({time.perf_counter() - start:.1f} s)")
+        if args.only:
+            continue
         flagged = sum(unsplit_laplace_violation(9000 + i, 1000, confidence)
                       for i in range(args.runs))
         print(f"confidence {confidence}: {'Laplace, NO split (invalid)':32} false alarms "

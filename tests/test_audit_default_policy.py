@@ -88,8 +88,9 @@ def test_a_ragged_output_with_data_independent_length_is_not_flagged():
 
 def test_mixed_tuples_are_attacked_by_their_discrete_part():
     # ("high" / "low", noisy value): the label compares the exact input with a cut
+    # (the value snapped to 2^-16: its float bits would otherwise win, see the leaf view)
     def labelled(x, n, rng):
-        values = x + rng.laplace(0.0, 1.0, n)
+        values = np.round((x + rng.laplace(0.0, 1.0, n)) * 2**16) / 2**16
         labels = np.where(x + rng.normal(0.0, 0.3, n) > 0.5, "high", "low")
         return [(str(s), float(v)) for s, v in zip(labels, values, strict=True)]
     result = audit_sampler(labelled, 0.0, 1.0, epsilon=1.0, n=50_000, rng=rng_(3))
@@ -116,3 +117,50 @@ def test_verdicts_name_the_policy():
     result = audit_sampler(answers_above_a_cut(0.0), 0, 1, epsilon=0.1, n=2_000, rng=rng_(0))
     assert result.verdict in (Verdict.CONSISTENT, Verdict.INCONCLUSIVE)
     assert result.policy.startswith("auto:")
+
+
+def answers_with_values(shift: float, noise: float):
+    """1-4 noisy answers, each ``shift * x + Laplace(noise)`` snapped to 2^-16, as a list of
+    floats whose length is drawn independently of the data (so only the values can leak)."""
+    def sample(x, n, rng):
+        lengths = rng.integers(1, 5, n)
+        values = np.round((shift * x + rng.laplace(0.0, noise, (n, 4))) * 2**16) / 2**16
+        return [values[j, :k].tolist() for j, k in enumerate(lengths)]
+    return sample
+
+
+def test_values_inside_ragged_outputs_are_read():
+    # up to four answers, each 1.5-DP: a list of four has privacy loss up to 6 against a
+    # claim of 1; before the leaf view the histogram saw unique lists and the structure
+    # (lengths only) nothing
+    result = audit_sampler(answers_with_values(1.5, 1.0), 0.0, 1.0, epsilon=1.0, n=20_000,
+                           rng=rng_(4))
+    assert result.violation and result.epsilon_lower > 2.0
+    assert result.event.startswith("numbers of the output")
+
+
+def test_ragged_values_scaled_for_the_longest_list_are_not_flagged():
+    # each answer Laplace(4): four answers together are 1-DP
+    for seed in (0, 1):
+        result = audit_sampler(answers_with_values(1.0, 4.0), 0.0, 1.0, epsilon=1.0,
+                               n=20_000, rng=rng_(seed))
+        assert not result.violation
+
+
+def test_leaf_view_is_a_padded_fixed_function_of_one_output():
+    from dpkd_audit.audit.outputs import leaf_view, leaf_width
+    batch = [[(0, 2.5), (1, -1.0)], [(3, 0.25)], ("label", 7), [np.arange(3)], [10**400]]
+    outputs = prepare_outputs(batch, len(batch))
+    assert leaf_width(outputs) == 4
+    view = leaf_view(outputs, 3)
+    assert view.kind is OutputKind.ARRAY and view.data.shape == (5, 4)
+    np.testing.assert_array_equal(view.data[0], [0.0, 2.5, 1.0, 4.0])  # cut at 3, count 4
+    np.testing.assert_array_equal(view.data[1, [0, 1, 3]], [3.0, 0.25, 2.0])
+    assert np.isnan(view.data[1, 2])
+    assert np.isnan(view.data[2, 0]) and view.data[2, 1] == 7.0  # a string leaf is NaN
+    np.testing.assert_array_equal(view.data[3], [0.0, 1.0, 2.0, 3.0])
+    assert view.data[4, 0] == np.inf  # an integer beyond the doubles
+    np.testing.assert_array_equal(leaf_view(outputs, 3).data, view.data)
+    # outputs without a single number give no view
+    words = prepare_outputs([("a",), ("b", "c")], 2)
+    assert leaf_width(words) == 0

@@ -35,6 +35,8 @@ from dpkd_audit.audit.outputs import (
     describe_float_key,
     describe_keys,
     float_bit_keys,
+    leaf_view,
+    leaf_width,
     structure_keys,
 )
 
@@ -591,7 +593,20 @@ def select_event(a: Outputs, b: Outputs, attack: Attack, sel: Selection,
             raise ValueError(f"attack {chosen.name} does not apply to {what}; "
                              f"use one of {', '.join(usable)}")
     halves = split_selection(a, b)
-    vector = a.kind in (OutputKind.ARRAY, OutputKind.STRUCTURED)
+    candidates = _candidates(halves, attacks, sel, coder)
+    if a.kind is OutputKind.OBJECT and attack in (Attack.AUTO, Attack.AUTO_REAL):
+        candidates.extend(leaf_candidates(halves, sel, coder, float_bits=attack is Attack.AUTO))
+    return max(candidates, key=lambda c: c.criterion)
+
+
+def _candidates(halves: Halves, attacks: list[Attack], sel: Selection, coder: KeyCoder, *,
+                whole_outputs: bool = True) -> list[Candidate]:
+    """Each attack's best event on ``halves``.
+
+    ``whole_outputs=False``: no histogram of whole outputs, only of their discrete part.
+    """
+    kind = halves.propose_a.kind
+    vector = kind in (OutputKind.ARRAY, OutputKind.STRUCTURED)
 
     @functools.cache
     def features() -> FeatureSpec:
@@ -610,10 +625,11 @@ def select_event(a: Outputs, b: Outputs, attack: Attack, sel: Selection,
                 (halves.propose_a.data, halves.propose_b.data),
                 (halves.score_a.data, halves.score_b.data), sel))
         elif chosen is Attack.HISTOGRAM:
-            candidates.append(histogram_candidate(halves, sel, coder))
+            if whole_outputs:
+                candidates.append(histogram_candidate(halves, sel, coder))
             if vector and features().has_discrete_part:
                 candidates.append(projection_candidate(halves, sel, features()))
-            if a.kind is OutputKind.OBJECT:
+            if kind is OutputKind.OBJECT:
                 candidates.extend(structure_candidates(halves, sel))
         elif chosen is Attack.FLOAT_BITS:
             candidates.append(float_bits_array_candidate(halves, sel, columns()) if vector
@@ -622,4 +638,32 @@ def select_event(a: Outputs, b: Outputs, attack: Attack, sel: Selection,
             candidates.append(coordinate_candidate(halves, sel, columns()))
         else:
             candidates.append(classifier_candidate(halves, sel, features()))
-    return max(candidates, key=lambda c: c.criterion)
+    return candidates
+
+
+def leaf_candidates(halves: Halves, sel: Selection, coder: KeyCoder, *,
+                    float_bits: bool) -> list[Candidate]:
+    """The vector attacks on the numbers inside object outputs.
+
+    See :func:`~dpkd_audit.audit.outputs.leaf_view`. A ragged list of ``(index, value)``
+    answers, or a tuple mixing labels and values, is one unique key per output for the
+    histogram attack, and its structure drops the values; read as a NaN-padded vector (width
+    fixed on the proposal part), its values, which answers exist and its length are all there
+    for the coordinate, classifier, float-bits and discrete-projection attacks. Each event is
+    ``S(leaf_view(output))`` with the view fixed on the selection samples: a fixed event of the
+    output space.
+    """
+    width = leaf_width(halves.propose_a, halves.propose_b)
+    if width == 0:
+        return []
+
+    def view(outputs: Outputs) -> Outputs:
+        return leaf_view(outputs, width)
+
+    viewed = Halves(view(halves.propose_a), view(halves.propose_b), view(halves.score_a),
+                    view(halves.score_b))
+    attacks = auto_attacks(OutputKind.ARRAY, float_bits=float_bits)
+    found = _candidates(viewed, attacks, sel, coder, whole_outputs=False)
+    return [dataclasses.replace(
+        c, description=f"numbers of the output: {c.description}",
+        indicator=lambda outputs, c=c: c.indicator(view(outputs))) for c in found]

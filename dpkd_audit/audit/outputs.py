@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["ArrayValue", "OutputKind", "Outputs", "float_bit_keys", "prepare_outputs",
-           "structure_keys"]
+__all__ = ["ArrayValue", "OutputKind", "Outputs", "float_bit_keys", "leaf_view",
+           "leaf_width", "prepare_outputs", "structure_keys"]
 
 
 class OutputKind(enum.Enum):
@@ -256,6 +257,68 @@ def structure_keys(outputs: Outputs, *, discrete: bool,
     """
     return np.fromiter((codes.setdefault(_skeleton(v, discrete), len(codes))
                         for v in outputs.data), dtype=np.int64, count=len(outputs))
+
+
+#: Most numbers per object output read by :func:`leaf_view` (the rest are cut).
+MAX_LEAVES = 64
+
+
+def _leaves(value: Any, out: list[float]) -> None:
+    """Append the numbers of one object output, depth first (NaN for any other leaf)."""
+    if isinstance(value, ArrayValue):  # a NamedTuple: before the tuples
+        dtype = np.dtype(value.dtype)
+        if dtype.kind in "biuf":
+            out.extend(np.frombuffer(value.data, dtype=dtype).astype(np.float64).tolist())
+        else:
+            out.append(math.nan)
+    elif isinstance(value, tuple):
+        for item in value:
+            _leaves(item, out)
+    elif isinstance(value, bool | int | float):
+        try:
+            out.append(float(value))
+        except OverflowError:  # an int beyond the doubles
+            out.append(math.inf if value > 0 else -math.inf)
+    else:
+        out.append(math.nan)
+
+
+def leaf_width(*batches: Outputs) -> int:
+    """Columns of :func:`leaf_view` for these (selection) batches of object outputs.
+
+    The most numbers any output holds (capped at :data:`MAX_LEAVES`); 0 when no output holds a
+    number (strings only, say), where the view would add nothing.
+    """
+    width = 0
+    numeric = False
+    for batch in batches:
+        for value in batch.data:
+            leaves: list[float] = []
+            _leaves(value, leaves)
+            width = max(width, len(leaves))
+            numeric = numeric or any(not math.isnan(v) for v in leaves)
+    return min(width, MAX_LEAVES) if numeric else 0
+
+
+def leaf_view(outputs: Outputs, width: int) -> Outputs:
+    """Object outputs as numeric vectors: their numbers in order, NaN-padded, and their count.
+
+    Column ``j < width`` holds an output's ``j``-th number (depth first through tuples, lists
+    and arrays; NaN past its end and for strings or other leaves), column ``width`` how many
+    leaves it has. A ragged list of answers or ``(index, value)`` tuples becomes a vector whose
+    missing values say which answers exist, so the vector attacks (coordinate, classifier,
+    float bits, the discrete projection) read its values as well as its length. A fixed
+    function of one output once ``width`` is fixed (by :func:`leaf_width` on the selection
+    samples), so events built on it are fixed events.
+    """
+    rows = np.full((len(outputs), width + 1), np.nan)
+    for j, value in enumerate(outputs.data):
+        leaves: list[float] = []
+        _leaves(value, leaves)
+        k = min(len(leaves), width)
+        rows[j, :k] = leaves[:k]
+        rows[j, width] = len(leaves)
+    return Outputs(OutputKind.ARRAY, rows)
 
 
 def describe_keys(wanted: np.ndarray, keys: np.ndarray, outputs: Outputs) -> list[str]:
