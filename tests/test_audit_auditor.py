@@ -29,7 +29,14 @@ from dpkd_audit.audit import (
 from dpkd_audit.audit.attacks import auto_attacks
 from dpkd_audit.audit.auditor import mechanism_sampler, resolve_attack
 from dpkd_audit.audit.outputs import OutputKind
-from dpkd_audit.mechanisms import CATALOGUE, DiscreteLaplace, Laplace, RandomizedResponse
+from dpkd_audit.mechanisms import (
+    CATALOGUE,
+    DiscreteLaplace,
+    Gaussian,
+    Laplace,
+    RandomizedResponse,
+)
+from dpkd_audit.mechanisms.continuous import TextbookLaplace
 
 
 def rng_(seed: int) -> np.random.Generator:
@@ -202,15 +209,19 @@ def test_auto_flags_the_floating_point_artefacts_of_textbook_float_samplers():
     # Mironov, CCS 2012: x + Lap(b) computed in doubles reaches inputs-dependent subsets of the
     # doubles. With x = 0 vs x' = 1, outputs in [1/4, 1/2) are multiples of 2^-53 under x' (the
     # sum 1 + z is exact there) while under x about half of them are odd multiples of 2^-54: an
-    # event of probability ~4% under x and 0 under x'. This is the package's own Laplace and
-    # Gaussian (documented as textbook floating-point samplers); DiscreteLaplace is immune.
-    for mech in (Laplace(epsilon=1.0), CATALOGUE[1].example()):
+    # event of probability ~4% under x and 0 under x'. This is the textbook Laplace (kept as
+    # TextbookLaplace) and the package's Gaussian (still a textbook floating-point sampler);
+    # DiscreteLaplace and the float-safe Laplace (issue 32) are immune.
+    for mech in (TextbookLaplace(epsilon=1.0), CATALOGUE[1].example()):
         result = audit_mechanism(mech, n=20_000, rng=rng_(3), attack=Attack.AUTO)
         assert result.attack is Attack.FLOAT_BITS and result.violation
         assert result.epsilon_lower > 3.0
-    exact = audit_mechanism(DiscreteLaplace(epsilon=1.0), n=20_000, rng=rng_(3))
-    assert not exact.violation
-    real = audit_mechanism(Laplace(epsilon=1.0), n=20_000, rng=rng_(3), attack=Attack.AUTO_REAL)
+    for safe in (DiscreteLaplace(epsilon=1.0), Laplace(epsilon=1.0)):
+        assert not audit_mechanism(safe, n=20_000, rng=rng_(3), attack=Attack.AUTO).violation
+    assert not audit_mechanism(Laplace(epsilon=1.0), n=20_000, rng=rng_(3),
+                               attack=Attack.FLOAT_BITS).violation
+    real = audit_mechanism(TextbookLaplace(epsilon=1.0), n=20_000, rng=rng_(3),
+                           attack=Attack.AUTO_REAL)
     assert real.attack is Attack.THRESHOLD and not real.violation
 
 
@@ -477,16 +488,18 @@ def test_one_default_policy_for_api_and_command_line():
     from dpkd_audit.audit import resolve_attack
     from dpkd_audit.audit.suite import find_target, run_audits
 
-    result = audit_mechanism(Laplace(epsilon=1.0), n=20_000, rng=rng_(3))
-    assert result.attack is Attack.THRESHOLD and not result.violation
+    # the textbook Gaussian declares floating-point output (issue 32: Laplace is float-safe)
+    result = audit_mechanism(Gaussian(epsilon=1.0, delta=1e-5), n=20_000, rng=rng_(3))
+    assert not result.violation
     assert result.policy.startswith("auto_real") and "Mironov" in result.policy
     plain = audit_sampler(laplace_sampler(1.0), 0.0, 1.0, epsilon=1.0, n=20_000, rng=rng_(3))
     assert plain.policy.startswith("auto:")
-    assert resolve_attack(None, DiscreteLaplace(epsilon=1.0))[0] is Attack.AUTO
+    for safe in (DiscreteLaplace(epsilon=1.0), Laplace(epsilon=1.0)):
+        assert resolve_attack(None, safe)[0] is Attack.AUTO
     assert resolve_attack(Attack.THRESHOLD)[1].endswith("chosen by the caller")
-    record = next(run_audits([find_target("Laplace")], samples=20_000, confidence=0.95,
+    record = next(run_audits([find_target("Gaussian")], samples=20_000, confidence=0.95,
                              rng=rng_(3)))
-    assert record["policy"] == result.policy and record["attack"] == "threshold"
+    assert record["policy"] == result.policy and record["attack"] == result.attack.value
 
 
 def test_default_confidence_is_95_percent():

@@ -37,17 +37,18 @@ def test_refused_charge_records_nothing_and_mechanism_releases_nothing():
     class CountingRng(np.random.Generator):
         draws = 0
 
-        def laplace(self, *args, **kwargs):
+        def integers(self, *args, **kwargs):  # the exact discrete Laplace's draws
             CountingRng.draws += 1
-            return super().laplace(*args, **kwargs)
+            return super().integers(*args, **kwargs)
 
     rng = CountingRng(np.random.PCG64(0))
     mech.release(1.0, rng=rng, ledger=ledger)
     mech.release(1.0, rng=rng, ledger=ledger)
-    assert CountingRng.draws == 2
+    drawn = CountingRng.draws
+    assert drawn >= 2
     with pytest.raises(BudgetExceededError, match="refused"):
         mech.release(1.0, rng=rng, ledger=ledger)
-    assert CountingRng.draws == 2  # nothing sampled after the refusal
+    assert CountingRng.draws == drawn  # nothing sampled after the refusal
     spent = ledger.spent()
     assert spent.charges == 2
     assert float(spent.epsilon) == pytest.approx(0.8)

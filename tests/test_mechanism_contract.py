@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -94,6 +95,19 @@ def _expect_laplace(event, eps: float) -> tuple[float, float]:
     return (eps * (1 - FLOAT_REL), eps * (1 + FLOAT_REL))
 
 
+def _expect_float_safe_laplace(event, eps: float, sens: float,
+                               coords: int) -> tuple[float, float]:
+    """The float-safe Laplace (issue 32): a discrete Laplace on a power-of-two grid.
+
+    g = 2^floor(log2(Delta_1 / (512 c))); the integer sensitivity floor(Delta_1 / g) + c covers
+    the rounding of c changed coordinates.
+    """
+    g = 2.0 ** math.floor(math.log2(sens / (512 * coords)))
+    grid_sens = math.floor(Fraction(sens) / Fraction(g)) + coords
+    assert 512 * coords <= Fraction(sens) / Fraction(g) < 1024 * coords
+    return _expect_discrete_laplace(event, eps, grid_sens)
+
+
 def _expect_gaussian_sigma(sigma: float, eps: float, delta: float, sens: float) -> None:
     """sigma is Balle-Wang's (Thm 8) for (eps, delta, Delta_2), never below it."""
     want = ref.analytic_gaussian_sigma(eps, delta, sens)
@@ -106,9 +120,13 @@ def _expect(mech: Mechanism) -> tuple[float, float]:
     Only the claim (epsilon, delta) and the constructor's inputs are read from ``mech``.
     """
     name, event, eps = type(mech).__name__, mech.event, mech.epsilon
-    if name in ("Laplace", "LatentCodeLaplace"):
-        if name == "LatentCodeLaplace":  # L1 sensitivity 2 clip c (DGD Sec. III-E)
-            assert mech.sensitivity.value == pytest.approx(2 * mech.clip * mech.latent_dim)
+    if name == "LatentCodeLaplace":  # L1 sensitivity 2 clip c (DGD Sec. III-E), c changed
+        assert mech.sensitivity.value == pytest.approx(2 * mech.clip * mech.latent_dim)
+        return _expect_float_safe_laplace(event, eps, mech.sensitivity.value, mech.latent_dim)
+    if name == "Laplace":
+        return _expect_float_safe_laplace(event, eps, mech.sensitivity.value,
+                                          mech.coordinates or 1)
+    if name == "TextbookLaplace":
         return _expect_laplace(event, eps)
     if name == "Gaussian":
         assert isinstance(event, CalibratedGaussianDpEvent)

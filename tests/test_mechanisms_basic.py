@@ -20,6 +20,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import reference_formulas as ref
+from dp_accounting import dp_event as _dp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats
@@ -216,7 +217,36 @@ def test_laplace_ks():
     assert stats.kstest(x.ravel(), stats.laplace(scale=b).cdf).pvalue > ALPHA
     # Power: a 5% wrong scale is rejected.
     assert stats.kstest(x.ravel(), stats.laplace(scale=1.05 * b).cdf).pvalue < ALPHA
-    assert mech.scale == pytest.approx(b, rel=1e-15)
+    # the float-safe grid adds at most one step per sensitivity-512th and changed coordinate
+    assert b <= mech.scale <= b * (1 + 1 / 512 + 1e-6)
+
+
+def test_float_safe_laplace_grid_is_exact():
+    """Issue 32: outputs are multiples of a power-of-two g, and the discrete claim is exact."""
+    for eps, sens, coords in ((0.7, 2.0, None), (1.0, 1.0, 1), (0.05, 3.7, 5), (40.0, 1e-3, 2)):
+        mech = Laplace(epsilon=eps, sensitivity=sens, coordinates=coords)
+        changed = coords or 3
+        grid = mech.grid(changed)
+        g = grid.granularity
+        assert math.frexp(g)[0] == 0.5  # a power of two
+        steps = Fraction(sens) / Fraction(g)
+        assert 512 * changed <= steps < 1024 * changed
+        assert grid.sensitivity == math.floor(steps) + changed
+        # pure (S / t)-DP with S / t <= epsilon, exactly
+        assert Fraction(grid.sensitivity) / grid.scale <= Fraction(eps)
+        event = mech.release_event(np.zeros(3))
+        assert event.sensitivity == grid.sensitivity
+        assert event.noise_parameter * event.sensitivity <= eps * (1 + 1e-15)
+        out = mech.sample(np.array([0.1, -2.3, 7.0]), 1000, rng=rng_(12))
+        assert np.all(np.mod(out, g) == 0)  # every output on the grid: no float artefact
+
+
+def test_float_safe_laplace_refuses_values_beyond_its_grid_before_charging(tmp_path):
+    mech = Laplace(epsilon=1.0)
+    limit = 2.0 ** 61 * mech.grid(1).granularity
+    with pytest.raises(ValueError, match=r"\|value\| <= "):
+        mech.sample(2 * limit, 1, rng=rng_(0))
+    assert mech.sample(limit / 2, 1, rng=rng_(0)).shape == (1,)
 
 
 def test_gaussian_ks():
@@ -348,9 +378,13 @@ def test_estimate_counts_averages_to_truth_over_repetitions():
 @given(eps=st.floats(min_value=0.01, max_value=20.0), sens=st.floats(min_value=0.1, max_value=10))
 def test_laplace_event(eps, sens):
     mech = Laplace(epsilon=eps, sensitivity=sens)
-    # dp_accounting's noise_multiplier is b / Delta_1 = 1/eps for b = Delta_1/eps
-    assert mech.event.noise_multiplier == pytest.approx(1.0 / eps, rel=1e-15)
-    assert event_guarantee(mech.event) == (pytest.approx(eps, rel=1e-12), 0.0)
+    # float-safe: the discrete Laplace on the grid, pure (a S)-DP with a S <= eps (the scale
+    # t >= S / eps is rounded up by at most 2^-20 relative)
+    event = mech.event
+    assert isinstance(event, _dp.DiscreteLaplaceDpEvent)
+    assert event.sensitivity == mech.grid(1).sensitivity
+    assert eps * (1 - 1e-6) <= event.noise_parameter * event.sensitivity <= eps * (1 + 1e-15)
+    assert event_guarantee(event) == (pytest.approx(eps, rel=1e-6), 0.0)
     assert mech.guarantee == Guarantee(epsilon=eps, delta=0.0)
 
 

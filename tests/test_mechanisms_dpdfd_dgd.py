@@ -278,13 +278,17 @@ def test_latent_rejects_bad_codes(codes):
 
 def test_latent_paper_parameters_and_event():
     mech = LatentCodeLaplace(epsilon=0.01, latent_dim=32)  # DGD: c = 32, eps1 = 0.01
-    assert mech.scale == pytest.approx(6400.0)  # 2c / eps1
+    # 2c / eps1, and at most 1/512 more for the float-safe grid (issue 32)
+    assert 6400.0 <= mech.scale <= 6400.0 * (1 + 1 / 512 + 1e-6)
     assert mech.sensitivity.value == 64 and mech.sensitivity.norm is Norm.L1
-    assert isinstance(mech.event, _dp.LaplaceDpEvent)
-    assert mech.event.noise_multiplier == pytest.approx(100.0)
-    assert event_guarantee(mech.event) == pytest.approx((0.01, 0.0))
+    assert isinstance(mech.event, _dp.DiscreteLaplaceDpEvent)
+    # one row of c = 32 coordinates: grid sensitivity floor(64 / g) + 32, g = 2^-8
+    assert mech.grid.granularity == 2.0 ** -8 and mech.event.sensitivity == 64 * 256 + 32
+    assert event_guarantee(mech.event) == pytest.approx((0.01, 0.0), rel=1e-6)
+    assert mech.event.noise_parameter * mech.event.sensitivity <= 0.01
     wide = LatentCodeLaplace(epsilon=0.5, latent_dim=8, clip=3.0)
-    assert wide.sensitivity.value == pytest.approx(48.0) and wide.scale == pytest.approx(96.0)
+    assert wide.sensitivity.value == pytest.approx(48.0)
+    assert 96.0 <= wide.scale <= 96.0 * (1 + 1 / 512 + 1e-6)
     doc = " ".join(LatentCodeLaplace.__doc__.split())
     assert "ONE synthetic image" in doc and "no record-level guarantee" in doc
 
@@ -313,6 +317,18 @@ def test_latent_clipping_then_noise_ks():
     assert single.shape == (2, 3)
 
 
+def test_latent_codes_are_float_safe():
+    """Issue 32: every output is on a power-of-two grid; the float-bits audit finds nothing."""
+    from dpkd_audit.audit import Attack, audit_mechanism
+
+    mech = LatentCodeLaplace(epsilon=1.0, latent_dim=2)
+    out = mech.sample(np.array([0.3, -0.7]), 2_000, rng=np.random.default_rng(2))
+    assert np.all(np.mod(out, mech.grid.granularity) == 0)
+    result = audit_mechanism(mech, n=50_000, rng=np.random.default_rng(3),
+                             attack=Attack.FLOAT_BITS)
+    assert not result.violation
+
+
 def test_latent_neighbours_span_the_sensitivity():
     mech = LatentCodeLaplace(epsilon=0.5, latent_dim=6, clip=2.0)
     lo, hi = mech.neighbours()
@@ -324,7 +340,8 @@ def test_latent_neighbours_span_the_sensitivity():
     loss = (np.abs(y - lo) - np.abs(y - hi)).sum(axis=1) / mech.scale
     assert loss.max() <= 0.5 + 1e-12
     y_far = np.full(6, 10.0)
-    assert (np.abs(y_far - lo) - np.abs(y_far - hi)).sum() / mech.scale == pytest.approx(0.5)
+    assert (np.abs(y_far - lo) - np.abs(y_far - hi)).sum() / mech.scale == pytest.approx(
+        0.5, rel=1 / 256)  # the float-safe grid's noise is at most 1/512 larger
 
 
 def test_srr_batch_charges_the_ledger_before_drawing_and_never_on_bad_input():

@@ -238,9 +238,11 @@ def test_count_release_event_and_guarantee(eps, k, r, discrete):
         # a = 1/b with b = 2kr/eps rounded up by the documented < 1e-6 relative (formula here)
         assert eps / (2 * k * r) * (1 - 1e-6) <= ev.noise_parameter <= eps / (2 * k * r)
     else:
-        assert isinstance(ev, dpe.LaplaceDpEvent)
-        assert ev.noise_multiplier == pytest.approx(1 / eps)
-        assert mech.scale == pytest.approx(2 * k * r / eps)
+        # the float-safe Laplace: a discrete Laplace on a grid g, one step more per changed cell
+        assert isinstance(ev, dpe.DiscreteLaplaceDpEvent)
+        assert ev.sensitivity == mech.noise.grid(2 * k * r).sensitivity
+        b = 2 * k * r / eps
+        assert b <= mech.scale <= b * (1 + 1 / 512 + 1e-6)
 
 
 def discrete_laplace_pmf(scale: float, support: np.ndarray) -> np.ndarray:

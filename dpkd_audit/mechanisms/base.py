@@ -139,6 +139,14 @@ class Mechanism(abc.ABC):
     def event(self) -> _dp.DpEvent:
         """The privacy event one release is charged as."""
 
+    def release_event(self, value: Any) -> _dp.DpEvent:
+        """The event a release of ``value`` is charged as (default: :attr:`event`).
+
+        Mechanisms whose noise depends on the size of the released value (the float-safe
+        Laplace: one grid step of sensitivity per changed coordinate) override it.
+        """
+        return self.event
+
     @property
     def guarantee(self) -> Guarantee:
         """The claimed guarantee of one release."""
@@ -229,7 +237,7 @@ class Mechanism(abc.ABC):
                              f" values (the largest request a call may allocate); this one "
                              f"needs {per_output}")
         if ledger is not None:
-            ledger.charge(self.event, label=label or self.label)
+            ledger.charge(self.release_event(value), label=label or self.label)
         return self._first(self._sample(value, 1, rng))
 
     @staticmethod

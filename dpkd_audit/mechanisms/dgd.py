@@ -18,6 +18,14 @@ unless the generator itself was trained on DP outputs or public data.
 that is what makes the sensitivity finite. Any two clipped codes differ by at most 2 clip per
 coordinate, so the L1 sensitivity is 2 clip c and Laplace(2 clip c / eps) per coordinate is
 eps-DP (Dwork-Roth 2014, Theorem 3.6); for clip = 1 this is the paper's 2c/eps1.
+
+**Float-safe.** The noise is drawn as the package's float-safe Laplace
+(:class:`~dpkd_audit.mechanisms.continuous.Laplace`): each row of clipped codes rounded to a
+power-of-two grid g, an exact discrete Laplace added on the integers, so no floating-point
+artefact (Mironov 2012) can leak the code. One synthetic sample changes one row, c coordinates,
+each of which rounding may move by one more grid step: the rounded row's L1 sensitivity is
+``floor(2 clip c / g) + c`` grid steps, and g is the largest power of two with
+``2 clip c / g >= 512 c`` (the noise is at most 1 + 1/512 times the paper's 2c/eps1).
 """
 
 from __future__ import annotations
@@ -33,7 +41,12 @@ from dp_accounting import dp_event as _dp
 
 from dpkd_audit import _validate
 from dpkd_audit.mechanisms.base import Mechanism, Norm, Sensitivity
-from dpkd_audit.mechanisms.continuous import as_real_array, laplace_scale
+from dpkd_audit.mechanisms.continuous import (
+    LaplaceGrid,
+    as_real_array,
+    laplace_grid,
+    laplace_scale,
+)
 
 __all__ = ["LatentCodeLaplace"]
 
@@ -49,8 +62,9 @@ class LatentCodeLaplace(Mechanism):
     different synthetic samples. Changing one synthetic sample changes one row, so a batch
     release is still eps-DP for the unit (parallel composition over rows, McSherry 2009,
     Theorem 4) and is charged as one event. Output: the clipped codes plus noise, with the same
-    shape (``sample`` stacks ``n`` outputs on a new axis 0). Floating-point sampler
-    (``Generator.laplace``).
+    shape (``sample`` stacks ``n`` outputs on a new axis 0), on a power-of-two grid (float-safe:
+    the exact discrete Laplace of the module docstring; charged as its
+    ``DiscreteLaplaceDpEvent``).
 
     Attributes:
         epsilon: Claimed epsilon per synthetic sample (a normal double > 0, with the scale
@@ -59,8 +73,8 @@ class LatentCodeLaplace(Mechanism):
         clip: Half-width of the clipping box, in (0, 1e300], default 1.
     """
 
-    reference: ClassVar[str] = "Wang et al. (DGD), Sec. III-E; Dwork-Roth 2014 Thm 3.6"
-    floating_point_output = True
+    reference: ClassVar[str] = ("Wang et al. (DGD), Sec. III-E; Dwork-Roth 2014 Thm 3.6; exact "
+                                "discrete Laplace on a power-of-two grid (CKS 2020 Alg. 2)")
 
     epsilon: float
     latent_dim: int
@@ -91,16 +105,24 @@ class LatentCodeLaplace(Mechanism):
         return Sensitivity(value=self._sensitivity_value, norm=Norm.L1)
 
     @functools.cached_property
+    def grid(self) -> LaplaceGrid:
+        """The float-safe grid: one row (c coordinates) changed per unit."""
+        parameters = (f"epsilon={self.epsilon!r} with clip={self.clip!r} and "
+                      f"latent_dim={self.latent_dim}")
+        laplace_scale(self._sensitivity_value, self.epsilon, parameters=parameters)
+        return laplace_grid(self._sensitivity_value, self.epsilon, self.latent_dim,
+                            parameters=parameters)
+
+    @property
     def scale(self) -> float:
-        """Laplace scale per coordinate: 2 clip c / eps (DGD: 2c/eps1), rounded up."""
-        return laplace_scale(self._sensitivity_value, self.epsilon,
-                             parameters=f"epsilon={self.epsilon!r} with clip={self.clip!r} and "
-                                        f"latent_dim={self.latent_dim}")
+        """Laplace scale per coordinate, t g >= 2 clip c / eps (DGD: 2c/eps1)."""
+        return float(self.grid.scale) * self.grid.granularity
 
     @property
     def event(self) -> _dp.DpEvent:
-        # noise_multiplier = scale / L1 sensitivity = 1/eps (dp_accounting's convention).
-        return _dp.LaplaceDpEvent(noise_multiplier=1.0 / self.epsilon)
+        # Pure (S / t)-DP, S / t <= eps: the discrete Laplace on the grid (module docstring).
+        return _dp.DiscreteLaplaceDpEvent(noise_parameter=self.grid.noise_parameter,
+                                          sensitivity=self.grid.sensitivity)
 
     def normalise(self, codes: Any) -> np.ndarray:
         """The codes clipped to [-clip, clip] coordinate-wise (validated like a release input)."""
@@ -114,7 +136,14 @@ class LatentCodeLaplace(Mechanism):
         return np.clip(arr, -self.clip, self.clip)
 
     def _sample(self, value: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-        return value + rng.laplace(0.0, self.scale, size=(n, *value.shape))
+        from dpkd_audit.mechanisms import samplers
+
+        grid = self.grid
+        index = np.rint(value / grid.granularity).astype(np.int64)
+        noise = samplers.discrete_laplace(grid.scale.numerator, grid.scale.denominator,
+                                          n * value.size, rng=rng)
+        total = index + noise.reshape((n, *value.shape))
+        return total.astype(np.float64) * grid.granularity
 
     def neighbours(self) -> tuple[np.ndarray, np.ndarray]:
         """The opposite corners of the box, (-clip, ..., -clip) and (clip, ..., clip).

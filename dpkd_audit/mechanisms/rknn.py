@@ -140,7 +140,10 @@ class ReverseKnnCountRelease(Mechanism):
         """The noise mechanism: (discrete) Laplace with L1 sensitivity 2kr at ``epsilon``."""
         if self.discrete:
             return DiscreteLaplace(epsilon=self.epsilon, sensitivity=2 * self.k * self.r)
-        return Laplace(epsilon=self.epsilon, sensitivity=float(2 * self.k * self.r))
+        # one record changes at most 2kr cells (k answers, each moving r votes between two
+        # classes): the float-safe Laplace's grid adds one step per changed cell
+        return Laplace(epsilon=self.epsilon, sensitivity=float(2 * self.k * self.r),
+                       coordinates=2 * self.k * self.r)
 
     @property
     def sensitivity(self) -> Sensitivity:

@@ -98,10 +98,18 @@ def _bernoulli_exp_le1(num: np.ndarray, den: np.ndarray, rng: np.random.Generato
     size = num.shape[0]
     k = np.ones(size, dtype=np.int64)
     active = np.arange(size)
+    # Every still-active entry has K = the round number, and a common denominator is drawn
+    # with a scalar bound: numpy draws the same integers from a scalar bound as from an array
+    # of that bound (one bounded draw per entry, in order), about 3x faster.
+    common = size > 0 and int(den.min()) == int(den.max())
+    rounds = 1
     while active.size:
-        a = (rng.integers(0, den[active]) < num[active]) & (rng.integers(0, k[active]) == 0)
+        bound = int(den[0]) if common else den[active]
+        a = ((rng.integers(0, bound, size=active.size) < num[active])
+             & (rng.integers(0, rounds, size=active.size) == 0))
         k[active[a]] += 1
         active = active[a]
+        rounds += 1
     return (k % 2) == 1
 
 
