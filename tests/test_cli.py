@@ -147,3 +147,41 @@ def test_audit_attack_names_are_the_json_names(capsys, name):
     record = json.loads(capsys.readouterr().out)
     assert record["attack"] == "float_bits" and record["verdict"] == "violation"
     assert record["policy"] == "float_bits: chosen by the caller"
+
+
+# ----------------------------------------------------------------------------- issue 32: limits
+@pytest.mark.parametrize("mechanism", ["laplace", "laplace-noisy-max", "gaussian"])
+def test_budget_at_extreme_noise_prints_no_raw_warning(mechanism, capsys):
+    """Noise 1e-308: per-query epsilons near the top of the doubles; the accountants answer
+    inf (an upper bound) without numpy overflow warnings (each one an error here)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["budget", mechanism, "--noise", "1e-308", "--queries", "10"]) == 0
+    out = capsys.readouterr()
+    assert "inf" in out.out and "Warning" not in out.err
+
+
+def test_audit_refuses_sample_counts_that_cannot_finish_and_says_when_it_caps(capsys):
+    assert main(["audit", "Laplace", "--samples", "1000000000000"]) == 2
+    err = capsys.readouterr().err
+    assert "--samples must be at most 1e+09" in err and "1e+12" in err
+    assert main(["audit", "Laplace", "--samples", "3000", "--max-values", "2000",
+                 "--json"]) == 0
+    captured = capsys.readouterr()
+    first = captured.err.splitlines()[0]
+    assert "--samples 3000 is above --max-values 2000" in first
+    assert json.loads(captured.out)["samples_per_side"] == 2000
+
+
+def test_audit_run_refuses_run_counts_that_cannot_finish(capsys, tmp_path):
+    import time
+
+    start = time.perf_counter()
+    assert main(["audit-run", "rknn", "--dataset", "digits", "--mode", "central",
+                 "--epsilon", "1", "--runs", "1000000000000", "--out", str(tmp_path / "o"),
+                 "--quiet"]) == 2
+    assert time.perf_counter() - start < 5  # refused before any work
+    assert "--runs must be at most 1,000,000" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

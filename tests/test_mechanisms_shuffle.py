@@ -547,3 +547,15 @@ def test_histogram_delta_rejects_bad_parameters(kwargs, name):
     eps = args.pop("epsilon")
     with pytest.raises(ValueError, match=name):
         shuffled_histogram_delta(eps, **args)
+
+
+@pytest.mark.parametrize("delta", [0.01, 0.5, 0.999])
+def test_shuffler_refuses_a_delta_of_one_over_the_users_or_more(delta):
+    # (0, 1/n)-DP already allows publishing one user's input: an amplified claim of epsilon 0
+    # at delta 0.5 (what 100 users used to get) means nothing
+    with pytest.raises(ValueError, match=r"delta must be below 1/num_users = 0.01"):
+        ShuffledRandomizer(local=RandomizedResponse(epsilon=1.0, num_classes=3),
+                           num_users=100, delta=delta)
+    ok = ShuffledRandomizer(local=RandomizedResponse(epsilon=1.0, num_classes=3),
+                            num_users=100, delta=0.009)
+    assert 0 < ok.epsilon < 1.0

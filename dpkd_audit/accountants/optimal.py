@@ -100,6 +100,11 @@ class _Atoms:
     shift: float = 0.0
 
 
+#: Largest total pure epsilon (sum of k eps) composed exactly; beyond it the losses leave the
+#: doubles and the accountant reports epsilon inf (delta 1 at every finite epsilon).
+_MAX_TOTAL_LOSS = 1e307
+
+
 def _group_atoms(eps: float, k: int, budget: float) -> _Atoms:
     """Atoms of the k-fold binary randomized response at ``eps`` (KOV 2015, proof of Thm 3.3).
 
@@ -371,6 +376,23 @@ class OptimalCompositionAccountant(GuaranteeAccountant):
                           f"{MAX_EXACT_COUNT:.0e} whose binomial the exact computation holds; "
                           "AdvancedCompositionAccountant and RDPAccountant take any count")
 
+    def _overflows(self) -> bool:
+        """Whether the composed pure losses reach the top of the doubles (sum of k eps > 1e307).
+
+        The atoms' losses (k - 2j) eps would overflow to +-inf (and inf - inf to NaN); the
+        epsilon of such a history is beyond any double, so it is reported as inf (an upper
+        bound) without building them.
+        """
+        total = 0.0
+        for eps, _, k in self._groups():
+            total += k * eps
+            if not total <= _MAX_TOTAL_LOSS:
+                return True
+        return False
+
+    def _state_keep(self) -> float:
+        return math.fsum(k * math.log1p(-delta) for _, delta, k in self._groups())
+
     def _state(self) -> tuple[float, _Composition | None]:
         """(log prod (1 - delta_i)^{k_i}, composed pure part or None if there is none)."""
         groups = self._groups()
@@ -419,6 +441,10 @@ class OptimalCompositionAccountant(GuaranteeAccountant):
             return 1.0
         if not self._counts:
             return 0.0
+        if self._overflows():  # every finite epsilon is below the composed losses' range
+            if math.isfinite(target_epsilon):
+                return 1.0
+            return self._delta(self._state_keep(), None, target_epsilon)
         log_keep, composition = self._state()
         return self._delta(log_keep, composition, target_epsilon)
 
@@ -440,6 +466,9 @@ class OptimalCompositionAccountant(GuaranteeAccountant):
             return Epsilon(math.inf, method=self.method, kind=BoundKind.UPPER_BOUND)
         if not self._counts:
             return Epsilon(0.0, method=self.method, kind=BoundKind.UPPER_BOUND)
+        if self._overflows():
+            return Epsilon(0.0 if target_delta >= 1.0 else math.inf, method=self.method,
+                           kind=BoundKind.UPPER_BOUND)
         log_keep, composition = self._state()
         return Epsilon(self._bisect(log_keep, composition, target_delta),
                        method=self._label(composition), kind=BoundKind.UPPER_BOUND)

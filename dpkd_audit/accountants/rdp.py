@@ -396,7 +396,9 @@ class RDPAccountant(_OrderSearch, Accountant):
             if len(weights) == 1 and kernel.grid_row is not None:  # online use: one new event
                 weight, param = weights[0], params[0]
                 row = kernel.grid_row(param, grid)
-                grid_inc = grid_inc + (row if weight == 1.0 else weight * row)
+                with np.errstate(over="ignore"):  # an order's RDP beyond the doubles: inf,
+                    # which is an upper bound (the conversion then skips that order)
+                    grid_inc = grid_inc + (row if weight == 1.0 else weight * row)
                 scalar = kernel.scalar
                 for pool in pools:  # a few orders: scalar arithmetic, in place
                     totals = pool.totals

@@ -111,7 +111,8 @@ class _Kernel:
 
 def _lnmax_matrix(b: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     """LNMax (:func:`.rdp_registry._lnmax_curve`): min(RR(2/b), 2 Laplace(1/b)) per b (rows)."""
-    return np.minimum(_pure_matrix(2.0 / b, alpha), 2.0 * _laplace_matrix(1.0 / b, alpha))
+    with np.errstate(over="ignore"):  # a scale below 2/1.8e308: eps = inf, the curve inf
+        return np.minimum(_pure_matrix(2.0 / b, alpha), 2.0 * _laplace_matrix(1.0 / b, alpha))
 
 
 def _laplace_grid_row(param: tuple[float, ...], grid: _Grid) -> np.ndarray:
@@ -129,7 +130,8 @@ def _laplace_grid_row(param: tuple[float, ...], grid: _Grid) -> np.ndarray:
         consts = grid.cache["laplace"] = (-(2.0 * a - 1.0), (a - 1.0) / (2.0 * a - 1.0),
                                           1.0 / (a - 1.0))
     neg_c, ratio, inv_t = consts
-    out = np.expm1(neg_c * eps)
+    with np.errstate(over="ignore"):  # -(2 alpha - 1) eps below -1.8e308: exp(-inf) = 0, exact
+        out = np.expm1(neg_c * eps)
     out *= ratio
     np.log1p(out, out=out)
     out *= inv_t
@@ -173,8 +175,13 @@ _RR_SPECIAL_KERNEL = _Kernel("randomized response (REPLACE_SPECIAL)", 13, _rr_sp
                              _rr_special_at_inf, True)
 _DLAP_KERNEL = _Kernel("discrete Laplace", 5, _dlap_rows, lambda p: p[:, 2], True)
 # A pointwise minimum of two curves need not keep (alpha - 1) rho convex.
-_LNMAX_KERNEL = _Kernel("lnmax", 1, lambda p, a: _lnmax_matrix(p[:, 0], a),
-                        lambda p: 2.0 / p[:, 0], False)
+def _lnmax_at_inf(p: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):  # 2 / b beyond the doubles: inf, the pure epsilon
+        return 2.0 / p[:, 0]
+
+
+_LNMAX_KERNEL = _Kernel("lnmax", 1, lambda p, a: _lnmax_matrix(p[:, 0], a), _lnmax_at_inf,
+                        False)
 
 
 @dataclasses.dataclass(eq=False, slots=True)

@@ -43,6 +43,10 @@ def _confidence(text: str) -> float:
     return value
 
 
+#: Most runs per side `dpkd audit-run` accepts (50 x its default).
+MAX_AUDIT_RUNS = 1_000_000
+
+
 def _cmd_audit_run_rknn(args: argparse.Namespace) -> int:
     from dpkd_audit.audit.training import MIN_RUNS
     from dpkd_audit.pipelines.rknn import check_configs, splits_key
@@ -50,6 +54,10 @@ def _cmd_audit_run_rknn(args: argparse.Namespace) -> int:
     from dpkd_audit.provenance import provenance
     from dpkd_audit.reports.training_audit import plot_pipeline_audit, score_histogram
 
+    if args.runs > MAX_AUDIT_RUNS:
+        raise ValueError(f"--runs must be at most {MAX_AUDIT_RUNS:,} per side (each run is a "
+                         f"whole release path and its outputs are kept for the bound: the "
+                         f"default 20,000 take minutes); got {args.runs:,}")
     if args.runs < MIN_RUNS:
         raise ValueError(f"--runs must be >= {MIN_RUNS} for the many-run audit of rknn (the "
                          f"event is chosen on 20% of the runs and bounded on the rest); got "

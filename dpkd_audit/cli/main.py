@@ -208,6 +208,10 @@ def _budget(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Most samples (and output values) per side `dpkd audit` accepts.
+MAX_AUDIT_SAMPLES = 10**9
+
+
 def _cmd_audit(args: argparse.Namespace) -> int:
     from dpkd_audit.audit import Attack
     from dpkd_audit.audit.suite import audit_targets, find_target, run_audits
@@ -215,6 +219,16 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
     if args.all == (args.mechanism is not None):
         raise ValueError("give one MECHANISM, or --all (see `dpkd mechanisms` and the README)")
+    for flag, value in (("--samples", args.samples), ("--max-values", args.max_values)):
+        if value > MAX_AUDIT_SAMPLES:
+            raise ValueError(f"{flag} must be at most {MAX_AUDIT_SAMPLES:.0e} per side (the "
+                             f"exact samplers draw 1-2 x 10^6 values per second: 10^9 is "
+                             f"10-20 minutes per side already); got {value:g}")
+    if args.samples > args.max_values:
+        print(f"dpkd audit: --samples {args.samples:g} is above --max-values "
+              f"{args.max_values:g}: each mechanism gets at most --max-values / (values per "
+              f"output) samples per side (raise --max-values for more; the records say how "
+              f"many ran)", file=sys.stderr)
     plot_path = output_file(args.plot, "--plot") if args.plot else None
     targets = audit_targets(include_controls=True) if args.all else [find_target(args.mechanism)]
     attack = Attack(args.attack) if args.attack else None

@@ -82,7 +82,8 @@ class ShuffledRandomizer(Mechanism):
         local: The local randomizer (a ``Mechanism`` with pure epsilon, ``delta == 0``).
         num_users: Number of users n (an integer in [1, 10^8]); an input is a sequence of n
             inputs.
-        delta: Target delta of the amplified claim: 0 (pure epsilon0-DP) or in [1e-300, 1).
+        delta: Target delta of the amplified claim: 0 (pure epsilon0-DP) or in
+            [1e-300, 1 / num_users).
         epsilon: Claimed epsilon (derived, not an argument).
         amplified: Whether the FMT21 amplified bound is claimed (derived).
     """
@@ -110,6 +111,12 @@ class ShuffledRandomizer(Mechanism):
         delta = _validate.check_delta(self.delta)
         if delta != 0.0:
             delta = _validate.check_mechanism_delta(delta)
+        if delta >= 1.0 / num_users:
+            # (0, 1/n)-DP already allows publishing one random user's input in the clear
+            # (Dwork-Roth 2014, Sec. 2.3): no amplification claim at such a delta means anything
+            raise ValueError(f"delta must be below 1/num_users = {1.0 / num_users:g} (a delta "
+                             f"of 1/n lets a mechanism publish one user's input outright); "
+                             f"got delta={delta!r} with num_users={num_users}")
         epsilon, amplified = eps0, False
         if delta > 0.0:
             shuffled = numerical_epsilon(eps0, num_users, delta)
