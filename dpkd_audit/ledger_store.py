@@ -25,6 +25,7 @@ import os
 import secrets
 import sqlite3
 import stat
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -246,32 +247,72 @@ def preflight(path: Path) -> bool:
     return True
 
 
+#: Read-only descriptors of the ledger files this process has read a header from, by
+#: (device, inode), kept open for the life of the process (see :func:`_header_fd`).
+_HEADER_FDS: dict[tuple[int, int], int] = {}
+#: Descriptors of a file that was replaced between the stat and the open: never closed either.
+_SPARE_FDS: list[int] = []
+_HEADER_LOCK = threading.Lock()
+
+
+def _header_fd(path: Path) -> int:
+    """A read-only descriptor of the ledger file, opened once per file and never closed.
+
+    POSIX record locks, which SQLite takes on the ledger file, belong to the process and the
+    file: closing *any* descriptor of the file releases all of them, including the locks a
+    connection in another thread of this process holds in the middle of a charge (SQLite's
+    documentation, "How To Corrupt An SQLite Database File", 2.2). An ``os.open`` + ``os.close``
+    of the ledger to read its header therefore let another process write at the same time
+    (issue 33: lost acknowledged charges, a malformed file). The descriptor is opened once per
+    (device, inode) and kept for the life of the process, as SQLite does with its own; one
+    descriptor per distinct ledger file.
+
+    Raises:
+        LedgerAccessError: If the file cannot be opened or is not a regular file.
+    """
+    with _HEADER_LOCK:
+        try:
+            st = os.stat(path)
+            _refuse_special(path, st.st_mode)
+            cached = _HEADER_FDS.get((st.st_dev, st.st_ino))
+            if cached is not None:
+                return cached
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            st = os.fstat(fd)
+        except OSError as exc:
+            raise LedgerAccessError(f"ledger {path}: cannot read the file: {exc}") from exc
+        if not stat.S_ISREG(st.st_mode):  # swapped for a FIFO or a device after the stat: not a
+            os.close(fd)                  # ledger, so no SQLite lock can be on it
+            _refuse_special(path, st.st_mode)
+        key = (st.st_dev, st.st_ino)
+        if key in _HEADER_FDS:  # replaced and back between the stat and the open: keep both
+            _SPARE_FDS.append(fd)
+            return _HEADER_FDS[key]
+        _HEADER_FDS[key] = fd
+        return fd
+
+
 def check_header(path: Path) -> None:
     """Refuse a file whose first 100 bytes are not a dpkd-audit ledger's SQLite header.
 
-    Opened non-blocking, and its type checked on the open descriptor, so a FIFO swapped in
-    after :func:`preflight` cannot block.
+    Read through :func:`_header_fd` (never closed: closing a descriptor of the ledger would drop
+    the SQLite locks of every connection of this process), with ``pread``; the type is checked
+    on the open descriptor, so a FIFO swapped in after :func:`preflight` cannot block.
 
     Raises:
         LedgerCorruptError: If the header is not SQLite's, or not a ledger's.
         LedgerAccessError: If the file cannot be read or is not a regular file.
     """
+    fd = _header_fd(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise LedgerAccessError(f"ledger {path}: cannot read the file: {exc}") from exc
-    try:
-        _refuse_special(path, os.fstat(fd).st_mode)
         data = b""
         while len(data) < 100:
-            chunk = os.read(fd, 100 - len(data))
+            chunk = os.pread(fd, 100 - len(data), len(data))
             if not chunk:
                 break
             data += chunk
     except OSError as exc:
         raise LedgerAccessError(f"ledger {path}: cannot read the file: {exc}") from exc
-    finally:
-        os.close(fd)
     refuse = "so it is not a dpkd-audit ledger (ledgers are created atomically); refusing to use " \
              "or reset it"
     if not data.startswith(_SQLITE_HEADER):
