@@ -71,6 +71,11 @@ def resolve_key(key: bytes | str | None = None,
         raise ValueError("give key or key_file, not both")
     if key is None and key_file is None:
         env_key, env_file = os.environ.get(KEY_ENV), os.environ.get(KEY_FILE_ENV)
+        for name, value in ((KEY_ENV, env_key), (KEY_FILE_ENV, env_file)):
+            if value is not None and not value.strip():
+                # an empty variable is a key someone meant to give: never an unkeyed ledger
+                raise ValueError(f"{name} is set but empty; set it to the key (or the key "
+                                 f"file's path), or unset it for a ledger without a key")
         if env_key and env_file:
             raise ValueError(f"set only one of {KEY_ENV} and {KEY_FILE_ENV}")
         if env_key:

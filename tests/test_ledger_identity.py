@@ -219,3 +219,43 @@ def test_schema1_file_with_a_broken_chain_is_not_migrated(tmp_path):
     with pytest.raises(LedgerCorruptError, match="schema-1 chain"):
         Ledger.migrate(path, accountant=PureAccountant())
     assert not (tmp_path / "old.sqlite.schema1.bak").exists()
+
+
+def test_schema1_file_over_its_budget_is_refused_not_migrated(tmp_path):
+    # the README promises: a migration that would hold more than the budget is refused
+    path = tmp_path / "old.sqlite"
+    _schema1_file(path, [("a", 0.75), ("b", 0.5)], epsilon=1.0)
+    before = path.read_bytes()
+    with pytest.raises(LedgerMismatchError, match=r"spend epsilon=1\.25 > budget 1"):
+        Ledger.migrate(path, accountant=PureAccountant())
+    assert path.read_bytes() == before
+    assert not (tmp_path / "old.sqlite.schema1.bak").exists()
+
+
+def test_an_accountant_answering_nan_is_refused_before_anything_is_recorded(tmp_path):
+    import math
+
+    from dpkd_audit.accountants.base import BoundKind, Epsilon
+
+    class NanAccountant(PureAccountant):
+        def get_epsilon(self, target_delta):
+            if self.is_empty:
+                return super().get_epsilon(target_delta)
+            return Epsilon(math.nan, method="stub", kind=BoundKind.UPPER_BOUND)
+
+    for path in (None, tmp_path / "l.sqlite"):
+        ledger = Ledger(epsilon=1.0, accountant=NanAccountant(), path=path)
+        with pytest.raises(BudgetExceededError, match="refused"):
+            ledger.charge(PureDpEvent(0.1), label="nan")
+        assert ledger.charges() == []
+
+
+def test_an_empty_key_in_the_environment_is_an_error_not_an_unkeyed_ledger(tmp_path,
+                                                                           monkeypatch):
+    for name in ("DPKD_LEDGER_KEY", "DPKD_LEDGER_KEY_FILE"):
+        monkeypatch.delenv("DPKD_LEDGER_KEY", raising=False)
+        monkeypatch.delenv("DPKD_LEDGER_KEY_FILE", raising=False)
+        monkeypatch.setenv(name, "")
+        with pytest.raises(ValueError, match=f"{name} is set but empty"):
+            Ledger(epsilon=1.0, path=tmp_path / "k.sqlite")
+        assert not (tmp_path / "k.sqlite").exists()
