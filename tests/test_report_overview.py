@@ -346,7 +346,7 @@ def test_collect_sorts_kinds_and_refuses_bad_input(tmp_path, built):
     with pytest.raises(ValueError, match=r"results.jsonl:1: not a result record \(missing mode"):
         collect([bad])
     bad.write_text("{not json\n")
-    with pytest.raises(ValueError, match=r"results\.jsonl:1: not JSON"):
+    with pytest.raises(ValueError, match=r"results\.jsonl:1: malformed JSON"):
         collect([bad])
     bad.write_text(json.dumps({**_rknn(0.1, 0, 1.5)}) + "\n")
     with pytest.raises(ValueError, match="test_accuracy"):
@@ -429,3 +429,65 @@ def test_rebuild_removes_figures_it_no_longer_draws(tmp_path):
     assert not (out / "accuracy-digits.png").exists()
     assert (out / "keep.txt").exists()
     assert {p.name for p in out.glob("*.png")} == {p.name for p in files.figures}
+
+
+# ------------------------------------------------------------------ records are input (issue 33)
+def _write(folder: Path, records: list[dict]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records),
+                                          encoding="utf-8")
+    return folder
+
+
+def test_a_dataset_name_from_a_record_never_becomes_a_path(tmp_path):
+    record = _rknn(1.0, 0, 0.9)
+    record["dataset"] = "x/../../ESCAPED"
+    base = _write(tmp_path / "a" / "b" / "in", [record])
+    out = tmp_path / "a" / "b" / "out"
+    build_report([base], out, base=base)
+    pngs = list(tmp_path.rglob("*.png"))
+    assert pngs and {p.parent for p in pngs} == {out}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[" * 100_000 + "]" * 100_000, "nested deeper than 64"),
+    ('{"a": NaN}', "NaN is not a value"),
+    ('{"label": "\\ud800"}', "not valid Unicode"),
+])
+def test_hostile_json_is_refused_with_file_and_line(tmp_path, text, message):
+    from dpkd_audit.reports.records import load_records
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    path = folder / "results.jsonl"
+    path.write_text(json.dumps(_rknn(1.0, 0, 0.9)) + "\n" + text + "\n", encoding="utf-8")
+    for load in (lambda: collect([folder]), lambda: load_records(path)):
+        with pytest.raises(ValueError, match=rf"results\.jsonl:2: .*{message}"):
+            load()
+    assert main(["report", str(folder), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+
+
+@pytest.mark.parametrize("bad", [float("-inf"), -0.5, "1.0", None])
+def test_an_audit_bound_that_is_not_a_number_is_refused(tmp_path, bad):
+    record = {"mechanism": "Laplace", "epsilon_claimed": 1.0, "epsilon_lower": bad,
+              "verdict": "consistent"}
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps([record]), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"results\.json:1: epsilon_lower must be a finite"):
+        collect([folder])
+
+
+def test_markup_in_records_comes_out_inert(tmp_path):
+    hostile = '<img src=x onerror=alert(1)> "q\' </script><script>alert(2)</script>'
+    record = _rknn(1.0, 0, 0.9)
+    record["command"] = hostile
+    record["device"] = hostile
+    base = _write(tmp_path / "in", [record])
+    out = tmp_path / "out"
+    build_report([base], out, base=base, title=hostile, intro=hostile)
+    page = (out / "index.html").read_text(encoding="utf-8")
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    for text in (page, markdown):
+        assert "<img src=x" not in text and "<script>alert" not in text
+        assert "&lt;img src=x onerror=alert(1)&gt;" in text

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import json
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from dpkd_audit.reports.records import REQUIRED_KEYS, validate_record
+from dpkd_audit.reports.safe_json import load_json
 
 __all__ = ["RECORD_FILES", "RecordKind", "SourcedRecord", "collect"]
 
@@ -68,6 +69,18 @@ class SourcedRecord:
         return f"{self.source}:{self.line}"
 
 
+def _check_bound(record: Mapping[str, Any], where: str) -> None:
+    """An audit's bound is a finite number >= 0, its claim a number > 0 (never drawn as NaN)."""
+    lower, claimed = record.get("epsilon_lower"), record.get("epsilon_claimed")
+    if (not isinstance(lower, int | float) or isinstance(lower, bool)
+            or not math.isfinite(lower) or lower < 0):
+        raise ValueError(f"{where}: epsilon_lower must be a finite number >= 0 (an audit's "
+                         f"lower bound); got {lower!r}")
+    if (not isinstance(claimed, int | float) or isinstance(claimed, bool)
+            or not claimed > 0):
+        raise ValueError(f"{where}: epsilon_claimed must be a number > 0; got {claimed!r}")
+
+
 def _classify(record: Any, where: str) -> RecordKind:
     if not isinstance(record, Mapping):
         raise ValueError(f"{where}: a record must be a JSON object; got {type(record).__name__}")
@@ -75,8 +88,10 @@ def _classify(record: Any, where: str) -> RecordKind:
         missing = [k for k in _PIPELINE_AUDIT_KEYS if k not in record]
         if missing:
             raise ValueError(f"{where}: pipeline-audit record without {', '.join(missing)}")
+        _check_bound(record, where)
         return RecordKind.PIPELINE_AUDIT
     if all(k in record for k in _MECHANISM_AUDIT_KEYS):
+        _check_bound(record, where)
         return RecordKind.MECHANISM_AUDIT
     if all(k in record for k in REQUIRED_KEYS):
         return RecordKind.RESULT
@@ -95,15 +110,9 @@ def _read(path: Path) -> list[tuple[int, Any]]:
         out = []
         for number, line in enumerate(text.splitlines(), start=1):
             if line.strip():
-                try:
-                    out.append((number, json.loads(line)))
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{number}: not JSON ({exc.msg})") from None
+                out.append((number, load_json(line, str(path), number)))
         return out
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    data = load_json(text, str(path))
     if isinstance(data, list):
         return list(enumerate(data, start=1))
     return [(1, data)]

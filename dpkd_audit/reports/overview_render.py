@@ -31,6 +31,7 @@ from dpkd_audit.reports.overview import (
     series_of,
 )
 from dpkd_audit.reports.references import RECORD_LEVEL_BASELINES
+from dpkd_audit.reports.safe_json import safe_file_part
 
 __all__ = ["Block", "ReportFiles", "accuracy_panels", "build_report", "render_html",
            "render_markdown"]
@@ -169,31 +170,36 @@ def _pipeline_audit_points(records: Sequence[SourcedRecord]) -> list[dict[str, A
 # Rendering
 # --------------------------------------------------------------------------------------------
 
+def _md(text: str) -> str:
+    """Text from records made inert in Markdown, which passes raw HTML through (issue 33)."""
+    return html.escape(text, quote=False)
+
+
 def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return _md(text).replace("|", "\\|").replace("\n", " ")
 
 
 def render_markdown(blocks: Sequence[Block]) -> str:
-    """Markdown of ``blocks`` (figures as image links beside the file)."""
+    """Markdown of ``blocks`` (figures as image links beside the file); text HTML-escaped."""
     out: list[str] = []
     for b in blocks:
         if b.kind == "h1":
-            out.append(f"# {b.text}\n")
+            out.append(f"# {_md(b.text)}\n")
         elif b.kind == "h2":
-            out.append(f"## {b.text}\n")
+            out.append(f"## {_md(b.text)}\n")
         elif b.kind == "p":
-            out.append(b.text + "\n")
+            out.append(_md(b.text) + "\n")
         elif b.kind == "img":
             out.append(f"![{b.text}]({b.text})\n")
         elif b.kind == "table" and b.table is not None:
             t = b.table
-            out.append(f"**{t.caption}**\n")
-            out.append("| " + " | ".join(t.columns) + " |")
+            out.append(f"**{_md(t.caption)}**\n")
+            out.append("| " + " | ".join(_md_cell(c) for c in t.columns) + " |")
             out.append("|" + "|".join("---" for _ in t.columns) + "|")
             for row in t.rows:
                 out.append("| " + " | ".join(_md_cell(c.text) for c in row) + " |")
             out.append("")
-            out.extend(f"{note}\n" for note in t.notes)
+            out.extend(f"{_md(note)}\n" for note in t.notes)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -258,7 +264,8 @@ _MECHANISMS_PNG, _PIPELINES_PNG = "audit-mechanisms.png", "audit-pipelines.png"
 
 
 def _accuracy_png(dataset: str) -> str:
-    return f"accuracy-{dataset}.png"
+    # the dataset name comes from records: never a path (issue 33: "x/../../ESCAPED")
+    return f"accuracy-{safe_file_part(dataset)}.png"
 
 
 def report_blocks(records: Sequence[SourcedRecord], *, title: str, intro: str,

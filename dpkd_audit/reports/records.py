@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import json
 import math
 import numbers
 import os
@@ -51,6 +50,7 @@ from dpkd_audit._validate import (
     check_probability,
 )
 from dpkd_audit.reports.references import PaperReference, references_for
+from dpkd_audit.reports.safe_json import load_json
 
 __all__ = [
     "EVALUATOR_ONLY_KEYS",
@@ -252,21 +252,13 @@ def load_records(path_or_paths: str | os.PathLike[str] | Iterable[str | os.PathL
             raise FileNotFoundError(f"{path}: no such result file")
         text = path.read_text(encoding="utf-8")
         if suffix == ".json":
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg}, column "
-                                 f"{exc.colno})") from None
+            record = load_json(text, str(path))
             records.append(validate_record(record, where=f"{path}:1"))
             continue
         for lineno, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: malformed JSON ({exc.msg}, column "
-                                 f"{exc.colno})") from None
+            record = load_json(line, str(path), lineno)
             records.append(validate_record(record, where=f"{path}:{lineno}"))
     if not records:
         raise ValueError(f"no records in {', '.join(map(str, paths))}")
