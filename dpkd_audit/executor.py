@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -94,16 +95,75 @@ def ray_available() -> bool:
     return True
 
 
+#: Seconds to wait for a Ray cluster's address to accept a connection before giving up.
+CONNECT_TIMEOUT_S = 10.0
+
+
+def _check_reachable(address: str) -> None:
+    """Refuse, within :data:`CONNECT_TIMEOUT_S`, a ``host:port`` no Ray cluster listens on.
+
+    ``ray.init(address=...)`` waits minutes for an address that never answers (issue 33:
+    no answer in 180 s for ``127.0.0.1:1``). ``auto`` and addresses without a port are left
+    to Ray.
+    """
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if address == "auto" or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)),
+                                 timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ValueError(f"cannot reach a Ray cluster at {address!r} within "
+                         f"{CONNECT_TIMEOUT_S:g} s ({exc.strerror or exc}); start one "
+                         f"(`ray start --head`) or check --address") from None
+
+
 def _ensure_ray(config: ExecutorConfig) -> Any:
     import ray
 
     if not ray.is_initialized():
-        if config.address is not None:
-            ray.init(address=config.address, logging_level="ERROR")
-        else:
-            ray.init(num_cpus=config.local_cpus or os.cpu_count(), include_dashboard=False,
-                     logging_level="ERROR")
+        try:
+            if config.address is not None:
+                _check_reachable(config.address)
+                ray.init(address=config.address, logging_level="ERROR")
+            else:
+                ray.init(num_cpus=config.local_cpus or os.cpu_count(), include_dashboard=False,
+                         logging_level="ERROR")
+        except ValueError:
+            raise
+        except Exception as exc:  # Ray's own start-up errors: one clear line, not a traceback
+            where = config.address or "a local instance"
+            raise ValueError(f"Ray could not start or join {where}: {type(exc).__name__}: "
+                             f"{exc}") from exc
     return ray
+
+
+def check_workers(workers: int, config: ExecutorConfig) -> int:
+    """``workers`` parallel parts, refused beyond the CPUs the executor offers.
+
+    Local executor: any count (the parts run one after another). Ray: at most the CPUs of the
+    local instance (``local_cpus`` or this machine's) or, with ``address``, of the cluster
+    (asked after joining it). Issue 33: 1,600 workers on a 2-core machine made Ray fail at
+    start-up with a raw exception.
+
+    Raises:
+        ValueError: Naming the count and the CPUs available.
+    """
+    workers = _validate.check_int("workers", workers, minimum=1)
+    if config.kind is ExecutorKind.LOCAL:
+        return workers
+    if config.address is None:
+        cpus = config.local_cpus or os.cpu_count() or 1
+        where = "this machine's local Ray instance"
+    else:
+        ray = _ensure_ray(config)
+        cpus = int(ray.cluster_resources().get("CPU", 0))
+        where = f"the Ray cluster at {config.address!r}"
+    if workers > cpus:
+        raise ValueError(f"workers must be at most the {cpus} CPUs of {where}; got {workers} "
+                         f"(more parts than CPUs only queue)")
+    return workers
 
 
 def put(value: Any, config: ExecutorConfig) -> Any:

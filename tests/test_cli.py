@@ -185,3 +185,27 @@ def test_audit_run_refuses_run_counts_that_cannot_finish(capsys, tmp_path):
     assert time.perf_counter() - start < 5  # refused before any work
     assert "--runs must be at most 1,000,000" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_audit_refuses_more_ray_workers_than_cpus_before_starting_ray(capsys):
+    import os
+    import time
+
+    start = time.perf_counter()
+    assert main(["audit", "Laplace", "--samples", "1000", "--executor", "ray",
+                 "--workers", "1600"]) == 2
+    err = capsys.readouterr().err
+    assert f"workers must be at most the {os.cpu_count()} CPUs" in err and "1600" in err
+    assert time.perf_counter() - start < 5
+
+
+def test_audit_gives_up_on_an_unreachable_ray_address_with_one_line(capsys):
+    import time
+
+    pytest.importorskip("ray")
+    start = time.perf_counter()
+    assert main(["audit", "Laplace", "--samples", "1000", "--executor", "ray",
+                 "--workers", "2", "--address", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot reach a Ray cluster at '127.0.0.1:1'" in err
+    assert "Traceback" not in err and time.perf_counter() - start < 15

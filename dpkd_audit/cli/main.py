@@ -19,7 +19,7 @@ from dpkd_audit.cli.audit_run import add_audit_run_parser
 from dpkd_audit.cli.paths import output_file
 from dpkd_audit.cli.pipelines import add_pipeline_parsers, argv_or_default
 from dpkd_audit.cli.report import add_report_parser
-from dpkd_audit.executor import ExecutorConfig, ExecutorKind
+from dpkd_audit.executor import ExecutorConfig, ExecutorKind, check_workers
 
 __all__ = ["build_parser", "main"]
 
@@ -240,6 +240,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     if args.workers is None and executor.kind is ExecutorKind.RAY:
         raise ValueError("--executor ray needs --workers W (parts of the bounding samples per "
                          "input, each drawn by one Ray task)")
+    if args.workers is not None:
+        check_workers(args.workers, executor)
     for record in run_audits(targets, samples=args.samples, confidence=args.confidence,
                              rng=rng, max_values=args.max_values, attack=attack,
                              epsilon=args.epsilon, workers=args.workers,
