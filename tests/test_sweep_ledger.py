@@ -87,3 +87,23 @@ def test_missing_ray_is_refused_before_any_charge(tmp_path, capsys, monkeypatch)
                  "--ledger", str(tmp_path / "l.sqlite"), "--ledger-epsilon", "5"]) == 2
     assert "needs Ray" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_resume_with_another_delta_is_refused_not_released_uncharged(tmp_path, capsys):
+    """Issue 33: a sweep killed after its plan's charge and resumed with another --delta
+    released at a delta that was never charged. The charged events must equal the plan's."""
+    ledger, out = tmp_path / "sweep.sqlite", tmp_path / "out"
+    shuffle = ["sweep", "rknn", "--dataset", "digits", "--modes", "shuffle-multi",
+               "--epsilons", "1", "--quiet", "--out", str(out), "--ledger", str(ledger)]
+    assert main([*shuffle, "--ledger-epsilon", "1", "--delta", "1e-6"]) == 0
+    (out / "results.jsonl").unlink()  # as if killed after the charge, before the record
+    capsys.readouterr()
+    assert main([*shuffle, "--delta", "0.01", "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "was charged to" in err and "another --delta" in err
+    assert not (out / "results.jsonl").exists()  # nothing released
+    assert len(Ledger.open(ledger).charges()) == 1
+    # the same parameters resume: the charged run is not charged again, and runs
+    assert main([*shuffle, "--delta", "1e-6", "--resume"]) == 0
+    assert len(Ledger.open(ledger).charges()) == 1
+    assert (out / "results.jsonl").exists()

@@ -73,7 +73,17 @@ def reserve_sweep_budget(args: argparse.Namespace, configs: Sequence[Any],
                                  f"budget of {path} ({ledger.epsilon:g}): a ledger's budget "
                                  "never changes; drop --ledger-epsilon or use another file")
             if args.resume:
-                done = {c.label for c in ledger.charges()}
+                done = {c.label: c.event for c in ledger.charges()}
+                for name, event in planned:
+                    # the run will release with this plan's parameters: what the ledger holds
+                    # for it must be exactly that (issue 33: a resume with another --delta
+                    # released at a delta that was never charged)
+                    if name in done and done[name] != event:
+                        raise ValueError(
+                            f"--resume: {name!r} was charged to {path} as {done[name]!r}, but "
+                            f"this sweep plans {event!r} for it (another --delta, epsilon or "
+                            "configuration?); resume with the parameters of the first run, or "
+                            "write to another --out")
                 planned = [(name, e) for name, e in planned if name not in done]
             if planned:
                 ledger.check([e for _, e in planned], label=label)
