@@ -71,6 +71,8 @@ def migrate_schema1(cls: type[Ledger], path: Path, *, accountant: Accountant, ti
             try:
                 epsilon, delta = float(meta["epsilon"]), float(meta["delta"])
                 stored_name = meta["accountant"]
+                if not (epsilon > 0 and 0 <= delta < 1):  # NaN fails both
+                    raise ValueError(f"budget epsilon={epsilon!r}, delta={delta!r}")
             except (KeyError, ValueError, TypeError) as exc:
                 raise LedgerCorruptError(f"ledger {path}: schema-1 metadata is damaged ({exc}); "
                                          "refusing to migrate it") from exc
@@ -85,7 +87,13 @@ def migrate_schema1(cls: type[Ledger], path: Path, *, accountant: Accountant, ti
                 if row.seq != i or digest != row.digest:
                     raise LedgerCorruptError(f"ledger {path}: charge #{row.seq} does not match "
                                              "the schema-1 chain; refusing to migrate it")
-                event_from_json(row.event)
+                try:
+                    event_from_json(row.event)
+                except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+                    # a crafted event (nested 20,000 deep, wrong types): damage, not a traceback
+                    raise LedgerCorruptError(
+                        f"ledger {path}: charge #{row.seq} holds an event that cannot be read "
+                        f"({type(exc).__name__}); refusing to migrate it") from None
             if backup.exists():
                 raise LedgerAccessError(f"ledger {path}: the backup {backup} already exists; "
                                         "move it away first")

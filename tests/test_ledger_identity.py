@@ -259,3 +259,30 @@ def test_an_empty_key_in_the_environment_is_an_error_not_an_unkeyed_ledger(tmp_p
         with pytest.raises(ValueError, match=f"{name} is set but empty"):
             Ledger(epsilon=1.0, path=tmp_path / "k.sqlite")
         assert not (tmp_path / "k.sqlite").exists()
+
+
+@pytest.mark.parametrize("event_text", [
+    '{"__event__": "dp_accounting.dp_event:ComposedDpEvent", "fields": {"events": '
+    + "[" * 20_000 + "]" * 20_000 + "}}",
+    '{"__event__": "dp_accounting.dp_event:LaplaceDpEvent", "fields": {"noise_multiplier": '
+    '"x"}}',
+    '{"__event__": 7}',
+])
+def test_schema1_file_with_a_crafted_event_is_refused_as_corrupt(tmp_path, event_text):
+    path = tmp_path / "old.sqlite"
+    _schema1_file(path, [])
+    conn = sqlite3.connect(path)
+    digest = hashlib.sha256(f"{'0' * 64}\x1f1\x1fx\x1f{event_text}".encode()).hexdigest()
+    conn.execute("INSERT INTO charges VALUES (1, 'x', ?, 1.0, 1, ?)", (event_text, digest))
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerCorruptError, match=r"cannot be read|damaged"):
+        Ledger.migrate(path, accountant=PureAccountant())
+
+
+@pytest.mark.parametrize("epsilon", [float("nan"), -1.0, 0.0])
+def test_schema1_file_with_a_crafted_budget_is_refused_as_corrupt(tmp_path, epsilon):
+    path = tmp_path / "old.sqlite"
+    _schema1_file(path, [("a", 0.25)], epsilon=epsilon)
+    with pytest.raises(LedgerCorruptError, match="metadata is damaged"):
+        Ledger.migrate(path, accountant=PureAccountant())
