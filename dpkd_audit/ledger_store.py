@@ -244,6 +244,15 @@ def preflight(path: Path) -> bool:
         except OSError as exc:
             raise LedgerAccessError(f"ledger {path}: cannot examine {side}: {exc}") from exc
         _refuse_special(path, side_mode, f"its journal {side}")
+        if suffix != "-journal":
+            # a ledger is never in WAL mode (journal_mode=DELETE): a -wal / -shm beside it
+            # comes from elsewhere, and SQLite would merge a -wal into the file on open, even
+            # read-only (issue 33). Refused by name; nothing is written.
+            raise LedgerCorruptError(
+                f"ledger {path}: a {suffix} file lies beside it ({side}), which a ledger never "
+                "writes (it keeps a rollback journal); it may come from another SQLite "
+                "database, and opening would merge it into the ledger. Move it away (keep a "
+                "copy) and open the ledger again; the ledger was not touched")
     return True
 
 

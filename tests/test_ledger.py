@@ -366,3 +366,33 @@ def test_a_second_handle_in_another_thread_never_drops_the_writers_lock(tmp_path
     labels = {c.label for c in Ledger.open(path).charges()}  # opens: not malformed
     assert set(acknowledged) <= labels
     assert len(acknowledged) > 50  # both really charged during the race
+
+
+@pytest.mark.parametrize("suffix", ["-wal", "-shm"])
+def test_a_stray_wal_beside_a_ledger_is_refused_and_never_merged(tmp_path, suffix):
+    """Issue 33: SQLite merges a -wal beside a database into it on open, even read-only; a
+    ledger never writes one (rollback journal), so a stray one is refused by name."""
+    import sqlite3
+    from pathlib import Path
+
+    path = tmp_path / "l.sqlite"
+    with Ledger(epsilon=1.0, path=path) as ledger:
+        ledger.charge(PureDpEvent(0.25), label="a")
+    other = tmp_path / "other.sqlite"  # a WAL-mode database whose -wal is copied beside it
+    conn = sqlite3.connect(other)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute("INSERT INTO t VALUES (1)")
+    conn.commit()
+    stray = Path(f"{path}{suffix}")
+    source = Path(f"{other}{suffix}")
+    stray.write_bytes(source.read_bytes() if source.exists() else b"\0" * 32)
+    conn.close()
+    before = path.read_bytes()
+    for opener in (lambda: Ledger.open(path, read_only=True), lambda: Ledger.open(path),
+                   lambda: Ledger(epsilon=1.0, path=path)):
+        with pytest.raises(LedgerCorruptError, match=rf"a {suffix} file lies beside it"):
+            opener()
+    assert path.read_bytes() == before and stray.exists()
+    stray.unlink()
+    assert [c.label for c in Ledger.open(path, read_only=True).charges()] == ["a"]
