@@ -10,7 +10,10 @@ Run: ``python benchmarks/ledger.py [--dir DIR]``. Prints:
    failure;
 3. kill -9 at random moments of a process charging in a loop, then ``Ledger.open(read_only=
    True)``: how many reopenings failed, how many kills left a hot journal, and whether every
-   acknowledged charge was found.
+   acknowledged charge was found;
+4. (``--scaling N``, issue 33) milliseconds per charge as a ledger fills with *distinct*
+   charges (each a different epsilon, the worst case for the accountant's history): in memory
+   up to N, and file-backed up to N / 10, timing 200 charges at each checkpoint.
 """
 
 from __future__ import annotations
@@ -114,15 +117,42 @@ def kills(folder: Path, trials: int) -> None:
           f"{lost} lost an acknowledged charge")
 
 
+def scaling(folder: Path, total: int) -> None:
+    """ms per charge at checkpoints of a ledger of distinct charges (in memory, file)."""
+    for where, limit in (("memory", total), ("file", total // 10)):
+        ledger = Ledger(epsilon=1e9, path=None if where == "memory" else folder / "scale.sqlite")
+        done, rows = 0, []
+        checkpoints = sorted({c for c in (1, 1_000, 10_000, 100_000, limit) if c <= limit})
+        for checkpoint in checkpoints:
+            while done < checkpoint - 200:
+                ledger.charge(PureDpEvent(1e-6 * (1 + done)), label=f"c{done}")
+                done += 1
+            start = time.perf_counter()
+            for _ in range(200):
+                ledger.charge(PureDpEvent(1e-6 * (1 + done)), label=f"c{done}")
+                done += 1
+            rows.append(f"{done:,}: {(time.perf_counter() - start) / 200 * 1e3:.3f} ms")
+        ledger.close()
+        print(f"scaling ({where}, distinct charges) ms per charge at " + "; ".join(rows),
+              flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", help="folder for the ledger files (default: a temporary one)")
     parser.add_argument("--flips", type=int, default=2000)
     parser.add_argument("--kills", type=int, default=100)
+    parser.add_argument("--scaling", type=int, default=0,
+                        help="also time charges up to this many distinct ones (0: skip)")
+    parser.add_argument("--only-scaling", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         folder = Path(tmp)
         print(f"python {sys.version.split()[0]}, folder {folder}")
+        if args.scaling:
+            scaling(folder, args.scaling)
+        if args.only_scaling:
+            return
         timed_charges(folder)
         bit_flips(folder, args.flips)
         kills(folder, args.kills)

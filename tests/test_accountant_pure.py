@@ -136,3 +136,35 @@ def test_copy_is_independent():
     twin = acc.copy().compose(PureDpEvent(0.2))
     assert acc.get_epsilon(0.0) == pytest.approx(0.1)
     assert twin.get_epsilon(0.0) == pytest.approx(0.3)
+
+
+def test_incremental_sums_equal_fsum_over_the_distinct_events():
+    """Issue 33: the sums are updated per composed event (O(1) per charge); they must equal
+    math.fsum of count * epsilon (and delta) over the distinct events, however they were
+    composed, copied and grown, with values chosen to make naive summation round."""
+    import math
+    import random
+
+    from dpkd_audit.events import ApproxDpEvent
+
+    rnd = random.Random(3)
+    acc = PureAccountant()
+    history: dict = {}
+    for step in range(3_000):
+        eps = rnd.choice([1e-17, 0.1, 1.0 / 3.0, 1e15, 2.5e-8]) * (1 + rnd.random())
+        event = rnd.choice([PureDpEvent(eps), ApproxDpEvent(eps, rnd.random() * 1e-9)])
+        count = rnd.randint(1, 3)
+        acc.compose(event, count=count)
+        history[event] = history.get(event, 0) + count
+        if step % 500 == 0:
+            acc = acc.copy()  # copies carry the sums
+    want_eps = math.fsum(n * e.epsilon for e, n in history.items())
+    want_delta = math.fsum(n * getattr(e, "delta", 0.0) for e, n in history.items())
+    assert acc.totals() == (want_eps, want_delta)
+    # a copy is independent of its source
+    before = acc.totals()
+    acc.copy().compose(PureDpEvent(5.0))
+    assert acc.totals() == before
+    # a total beyond the doubles is inf (an upper bound), never an error or NaN
+    huge = PureAccountant().compose(PureDpEvent(1e308), count=3)
+    assert huge.totals()[0] == math.inf

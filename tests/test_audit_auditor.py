@@ -104,7 +104,7 @@ def binomial_tolerance(runs: int, rate: float, false_failure: float) -> int:
 #: same samples measured 4.7% (Laplace, c = 0.95) and 47.3% (c = 0.5). The snapped case runs
 #: at c = 0.5 only (the more sensitive level; 0.1% measured at 0.95), to save CI time.
 #: The ragged case (issue 31's leaf view: a list of 1-4 answers, each x + Laplace(4) on 2^-16,
-#: 1-DP in all, AUTO) measured 0 of 1,000 at both levels; it runs 200 times at c = 0.5 against
+#: 1-DP in all, AUTO) measured 0 of 1,000 at both levels; it runs 60 times at c = 0.5 against
 #: a pinned 0.5% (each of its audits costs ~0.1 s: the leaf view reads Python lists).
 MEASURED_FALSE_ALARMS = {0.95: (0.015, 0.005, None, None), 0.5: (0.18, 0.07, 0.07, 0.005)}
 
@@ -132,7 +132,7 @@ def test_false_alarm_rate_is_the_measured_one(confidence):
     cases = ((binary_rr(0.75), math.log(3), None, 400, 1000),
              (laplace_sampler(1.0), 1.0, Attack.THRESHOLD, 1000, 1000),
              (snapped_laplace, 1.0, None, 1000, 1000),
-             (ragged_answers, 1.0, None, 1000, 200))
+             (ragged_answers, 1.0, None, 1000, 60))
     for (sampler, eps, attack, n, runs), rate in zip(cases, MEASURED_FALSE_ALARMS[confidence],
                                                      strict=True):
         if rate is None:
