@@ -286,6 +286,7 @@ def _header_fd(path: Path) -> int:
             cached = _HEADER_FDS.get((st.st_dev, st.st_ino))
             if cached is not None:
                 return cached
+            _prune_deleted()
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
             st = os.fstat(fd)
         except OSError as exc:
@@ -299,6 +300,37 @@ def _header_fd(path: Path) -> int:
             return _HEADER_FDS[key]
         _HEADER_FDS[key] = fd
         return fd
+
+
+def _prune_deleted() -> None:
+    """Close the kept descriptors of ledger files that were deleted (caller holds the lock).
+
+    A deleted file (no link left) can no longer be opened by any process by its path, so no
+    charge to it can be lost by dropping its locks; this bounds the descriptors kept by a
+    process that creates many short-lived ledgers (tests, temporary folders).
+    """
+    for key, fd in list(_HEADER_FDS.items()):
+        try:
+            gone = os.fstat(fd).st_nlink == 0
+        except OSError:
+            gone = True
+        if gone:
+            del _HEADER_FDS[key]
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    for fd in list(_SPARE_FDS):
+        try:
+            gone = os.fstat(fd).st_nlink == 0
+        except OSError:
+            gone = True
+        if gone:
+            _SPARE_FDS.remove(fd)
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 def check_header(path: Path) -> None:

@@ -396,3 +396,17 @@ def test_a_stray_wal_beside_a_ledger_is_refused_and_never_merged(tmp_path, suffi
     assert path.read_bytes() == before and stray.exists()
     stray.unlink()
     assert [c.label for c in Ledger.open(path, read_only=True).charges()] == ["a"]
+
+
+def test_descriptors_kept_for_headers_do_not_pile_up_for_deleted_ledgers(tmp_path):
+    """The header descriptor of each ledger file is kept for the process's life (issue 33), but
+    not once the file is deleted: a process creating many short-lived ledgers keeps few."""
+    from dpkd_audit import ledger_store
+
+    for i in range(60):
+        path = tmp_path / f"l{i}.sqlite"
+        with Ledger(epsilon=1.0, path=path) as ledger:
+            ledger.charge(PureDpEvent(0.1), label="x")
+        path.unlink()
+    Ledger(epsilon=1.0, path=tmp_path / "last.sqlite").close()
+    assert len(ledger_store._HEADER_FDS) + len(ledger_store._SPARE_FDS) < 10

@@ -96,15 +96,17 @@ class ReverseKnnCountRelease(Mechanism):
       DiscreteLaplace` with integer L1 sensitivity 2kr. For integer queries of L1 sensitivity
       Delta it is (Delta / t)-DP <= epsilon (Ghosh-Roughgarden-Sundararajan 2012; CKS 2020,
       Sec. 2). Event: ``DiscreteLaplaceDpEvent(1 / t, 2kr)``.
-    - ``discrete=False``: the textbook floating-point Laplace
-      (:class:`~dpkd_audit.mechanisms.continuous.Laplace`, ``Generator.laplace``, subject to
-      the Mironov 2012 artefacts); event ``LaplaceDpEvent(1 / epsilon)``.
+    - ``discrete=False``: the float-safe Laplace
+      (:class:`~dpkd_audit.mechanisms.continuous.Laplace` with ``coordinates=2kr``: the counts
+      on a power-of-two grid, exact discrete Laplace noise; issue 32); event
+      ``DiscreteLaplaceDpEvent`` of its grid.
 
     The noise mechanism is available as :attr:`noise`; this class adds the shape and count
     validation, the sensitivity derived from (k, r) and the worst-case neighbours.
 
     Inputs: an ``(s, |Y|)`` matrix of non-negative integer counts (integer dtype, or floats
-    holding integers), at most 2^62 (discrete) or 2^53 (continuous); booleans are refused.
+    holding integers), at most 2^62 (discrete) or 2^52 (continuous: 2^61 steps of the grid
+    g = 2^-9); booleans are refused.
 
     Attributes:
         epsilon: Claimed epsilon of one release (limits of the noise mechanism).
@@ -172,12 +174,17 @@ class ReverseKnnCountRelease(Mechanism):
 
     @property
     def max_count(self) -> int:
-        """Largest count accepted: 2^62 (discrete) or 2^53 (continuous).
+        """Largest count accepted: 2^62 (discrete) or 2^61 grid steps (continuous).
 
-        Discrete: count + noise must fit in int64; continuous: the count must be exact in
-        float64.
+        Discrete: count + noise must fit in int64; continuous: the float-safe Laplace's grid
+        index must (2^61 steps of its granularity, 2^52 for the grid 2^-9 of 2kr changed cells).
         """
-        return (1 << 62) if self.discrete else (1 << 53)
+        if self.discrete:
+            return 1 << 62
+        from dpkd_audit.mechanisms.continuous import MAX_GRID_INDEX
+
+        grid = self.noise.grid(2 * self.k * self.r)  # type: ignore[union-attr]
+        return min(1 << 53, int(MAX_GRID_INDEX * grid.granularity))
 
     def _check_value(self, value: Any) -> np.ndarray:
         # Everything the noise mechanism would check is checked here, before any charge.
