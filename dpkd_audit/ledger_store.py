@@ -302,6 +302,20 @@ def _header_fd(path: Path) -> int:
         return fd
 
 
+def _closed_if_deleted(fd: int) -> bool:
+    """Close ``fd`` if its file was deleted (no link left); whether it was closed."""
+    try:
+        gone = os.fstat(fd).st_nlink == 0
+    except OSError:
+        gone = True
+    if gone:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    return gone
+
+
 def _prune_deleted() -> None:
     """Close the kept descriptors of ledger files that were deleted (caller holds the lock).
 
@@ -310,27 +324,9 @@ def _prune_deleted() -> None:
     process that creates many short-lived ledgers (tests, temporary folders).
     """
     for key, fd in list(_HEADER_FDS.items()):
-        try:
-            gone = os.fstat(fd).st_nlink == 0
-        except OSError:
-            gone = True
-        if gone:
+        if _closed_if_deleted(fd):
             del _HEADER_FDS[key]
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-    for fd in list(_SPARE_FDS):
-        try:
-            gone = os.fstat(fd).st_nlink == 0
-        except OSError:
-            gone = True
-        if gone:
-            _SPARE_FDS.remove(fd)
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    _SPARE_FDS[:] = [fd for fd in _SPARE_FDS if not _closed_if_deleted(fd)]
 
 
 def check_header(path: Path) -> None:

@@ -524,3 +524,9 @@ def test_discrete_laplace_extreme_epsilons():
     # float 1e-6 is a hair below 10^-6, so the exact 1/eps is a hair above 10^6: rounded up.
     assert 10**6 < small.scale_fraction <= 10**6 + Fraction(1, 2**20)
     assert small.sample(0, 10, rng=rng_(0)).dtype == np.int64
+
+
+@pytest.mark.parametrize("coordinates", [0, -1, 1.5, True, "2"])
+def test_float_safe_laplace_refuses_bad_coordinates_by_name(coordinates):
+    with pytest.raises(ValueError, match="coordinates"):
+        Laplace(epsilon=1.0, coordinates=coordinates)

@@ -140,7 +140,7 @@ class Mechanism(abc.ABC):
         """The privacy event one release is charged as."""
 
     def release_event(self, value: Any) -> _dp.DpEvent:
-        """The event a release of ``value`` is charged as (default: :attr:`event`).
+        """The event a release of the validated ``value`` is charged as (default: :attr:`event`).
 
         Mechanisms whose noise depends on the size of the released value (the float-safe
         Laplace: one grid step of sensitivity per changed coordinate) override it.

@@ -42,6 +42,7 @@ from dp_accounting import dp_event as _dp
 from dpkd_audit import _validate
 from dpkd_audit._privacy_math import calibrate_analytic_gaussian
 from dpkd_audit.events import CalibratedGaussianDpEvent
+from dpkd_audit.mechanisms import samplers
 from dpkd_audit.mechanisms.base import Mechanism, Norm, Sensitivity, coerce_sensitivity
 
 __all__ = ["GRID_STEPS", "MAX_GAUSSIAN_EPSILON", "Gaussian", "Laplace", "LaplaceGrid",
@@ -134,6 +135,18 @@ class LaplaceGrid:
     def noise_parameter(self) -> float:
         """The noise parameter a = 1 / t (the pmf is proportional to exp(-a |k|))."""
         return float(1 / self.scale)
+
+    def sample(self, value: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` outputs g (round(value / g) + Lap_Z(t)), stacked on a new axis 0.
+
+        ``value`` is a validated float array with ``|value| <= 2^61 g``; every output is a
+        fixed function of the integer index + noise.
+        """
+        index = np.rint(value / self.granularity).astype(np.int64)
+        noise = samplers.discrete_laplace(self.scale.numerator, self.scale.denominator,
+                                          n * value.size, rng=rng)
+        total = index + noise.reshape((n, *value.shape))
+        return total.astype(np.float64) * self.granularity
 
 
 def laplace_grid(sensitivity: float, epsilon: float, coordinates: int, *,
@@ -234,14 +247,14 @@ class Laplace(Mechanism):
         return self._event_of(self.coordinates or 1)
 
     def release_event(self, value: Any) -> _dp.DpEvent:
-        """The event a release of ``value`` is charged as.
+        """The event a release of the (validated) ``value`` is charged as.
 
         ``coordinates`` changed, or every coordinate of ``value`` when it is ``None``.
         """
-        return self._event_of(self._changed(self._checked(value)))
+        return self._event_of(self._changed(value))
 
-    def _changed(self, value: np.ndarray) -> int:
-        return self.coordinates if self.coordinates is not None else max(1, int(value.size))
+    def _changed(self, value: Any) -> int:
+        return self.coordinates if self.coordinates is not None else max(1, int(np.size(value)))
 
     def _check_value(self, value: Any) -> np.ndarray:
         arr = as_real_array(value)
@@ -254,14 +267,7 @@ class Laplace(Mechanism):
         return arr
 
     def _sample(self, value: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-        from dpkd_audit.mechanisms import samplers
-
-        grid = self.grid(self._changed(value))
-        index = np.rint(value / grid.granularity).astype(np.int64)
-        noise = samplers.discrete_laplace(grid.scale.numerator, grid.scale.denominator,
-                                          n * value.size, rng=rng)
-        total = index + noise.reshape((n, *value.shape))
-        return total.astype(np.float64) * grid.granularity
+        return self.grid(self._changed(value)).sample(value, n, rng)
 
     def neighbours(self) -> tuple[float, float]:
         return (0.0, float(self.sensitivity.value))

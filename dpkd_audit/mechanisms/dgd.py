@@ -136,14 +136,7 @@ class LatentCodeLaplace(Mechanism):
         return np.clip(arr, -self.clip, self.clip)
 
     def _sample(self, value: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-        from dpkd_audit.mechanisms import samplers
-
-        grid = self.grid
-        index = np.rint(value / grid.granularity).astype(np.int64)
-        noise = samplers.discrete_laplace(grid.scale.numerator, grid.scale.denominator,
-                                          n * value.size, rng=rng)
-        total = index + noise.reshape((n, *value.shape))
-        return total.astype(np.float64) * grid.granularity
+        return self.grid.sample(value, n, rng)
 
     def neighbours(self) -> tuple[np.ndarray, np.ndarray]:
         """The opposite corners of the box, (-clip, ..., -clip) and (clip, ..., clip).
