@@ -2,7 +2,8 @@
 
 Run: ``python benchmarks/samplers.py [--n 1000000]``. Prints one line per mechanism: outputs
 per second on its ``neighbours()[0]`` input (best of 3), and for reference numpy's own
-``Generator.laplace`` and the textbook floating-point Laplace in the same process.
+``Generator.laplace`` / ``Generator.normal`` and the textbook floating-point Laplace and Gaussian
+in the same process.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 import numpy as np
 
 from dpkd_audit.mechanisms import CATALOGUE
-from dpkd_audit.mechanisms.continuous import TextbookLaplace
+from dpkd_audit.mechanisms.continuous import TextbookGaussian, TextbookLaplace
 
 
 def best_of(fn, repeats=3):
@@ -35,9 +36,12 @@ def main() -> None:
           f"{platform.machine()}, n={args.n:,} outputs per call (best of 3)")
     ref = best_of(lambda: rng.laplace(0.0, 1.0, size=args.n))
     print(f"{'numpy Generator.laplace (reference)':<34} {args.n / ref:>14,.0f} /s")
-    textbook = TextbookLaplace(epsilon=1.0)
-    ref = best_of(lambda: textbook.sample(0.0, args.n, rng=rng))
-    print(f"{'TextbookLaplace (float, not DP)':<34} {args.n / ref:>14,.0f} /s")
+    ref = best_of(lambda: rng.normal(0.0, 1.0, size=args.n))
+    print(f"{'numpy Generator.normal (reference)':<34} {args.n / ref:>14,.0f} /s")
+    for textbook in (TextbookLaplace(epsilon=1.0), TextbookGaussian(epsilon=1.0, delta=1e-5)):
+        ref = best_of(lambda textbook=textbook: textbook.sample(0.0, args.n, rng=rng))
+        label = f"{type(textbook).__name__} (float, not DP)"
+        print(f"{label:<34} {args.n / ref:>14,.0f} /s")
     for entry in CATALOGUE:
         mech = entry.example()
         x, _ = mech.neighbours()

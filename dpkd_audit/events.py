@@ -24,7 +24,7 @@ import attr
 import dp_accounting
 from dp_accounting import dp_event as _dp
 
-from dpkd_audit._privacy_math import analytic_gaussian_delta, discrete_gaussian_delta
+from dpkd_audit._privacy_math import analytic_gaussian_delta, discrete_gaussian_delta, zcdp_delta
 
 __all__ = [
     "ApproxDpEvent",
@@ -33,6 +33,7 @@ __all__ = [
     "CollisionDpEvent",
     "DeclaredGuarantee",
     "DiscreteGaussianDpEvent",
+    "DiscreteGaussianVectorDpEvent",
     "GaussianNoisyMaxDpEvent",
     "LaplaceNoisyMaxDpEvent",
     "PureDpEvent",
@@ -167,6 +168,43 @@ class DiscreteGaussianDpEvent(_dp.DpEvent, DeclaredGuarantee):
         _require(actual <= self.delta * (1 + _CALIBRATION_SLACK),
                  f"sigma={self.sigma} does not give ({self.epsilon}, {self.delta})-DP: its exact "
                  f"delta at that epsilon is {actual}")
+
+    def guarantee(self) -> tuple[float, float]:
+        return (float(self.epsilon), float(self.delta))
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class DiscreteGaussianVectorDpEvent(_dp.DpEvent, DeclaredGuarantee):
+    """Discrete Gaussian N_Z(0, sigma^2) noise on every coordinate of an integer vector query.
+
+    ``sensitivity`` bounds the L2 norm of the shift between neighbours (a real number: the grid
+    sensitivity of the float-safe Gaussian, Delta_2 / g + sqrt(c)). Canonne-Kamath-Steinke 2020,
+    Theorem 14: the independent coordinates' Renyi divergences add, each at most alpha shift_j^2
+    / (2 sigma^2) (their Proposition 5 for integer shifts), so the release is (Delta^2 /
+    (2 sigma^2))-zCDP; the declared (epsilon, delta) is that of the zCDP conversion
+    (:func:`dpkd_audit._privacy_math.zcdp_delta`, CKS 2020 Prop. 12), checked at construction.
+    Theorem 7's exact curve is one-dimensional and is not claimed here.
+    """
+
+    sigma: float
+    sensitivity: float
+    epsilon: float
+    delta: float
+
+    def __attrs_post_init__(self) -> None:
+        _check_eps("sigma", self.sigma)
+        _check_eps("sensitivity", self.sensitivity)
+        _check_eps("epsilon", self.epsilon)
+        _check_delta("delta", self.delta)
+        actual = zcdp_delta(self.epsilon, self.rho)
+        _require(actual <= self.delta * (1 + _CALIBRATION_SLACK),
+                 f"sigma={self.sigma} with sensitivity={self.sensitivity} does not give "
+                 f"({self.epsilon}, {self.delta})-DP: its zCDP bound on delta is {actual}")
+
+    @property
+    def rho(self) -> float:
+        """The zCDP parameter Delta^2 / (2 sigma^2)."""
+        return float(self.sensitivity) ** 2 / (2.0 * float(self.sigma) ** 2)
 
     def guarantee(self) -> tuple[float, float]:
         return (float(self.epsilon), float(self.delta))

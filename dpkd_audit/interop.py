@@ -14,8 +14,8 @@ LaplaceNoisyMaxDpEvent(b)            SelfComposed(LaplaceDpEvent(b), 2): the noi
                                      histogram moves by one in two counts
 GaussianNoisyMaxDpEvent(sigma)       GaussianDpEvent(sigma / sqrt(2)): L2 shift sqrt(2) exact
 BitRandomizedResponseDpEvent         SelfComposed(binary RR(eps_bit), bits_changed)  exact
-DiscreteGaussianDpEvent(s, D)        ZCDpEvent(D^2 / (2 s^2)) (Canonne-Kamath-Steinke  dominating
-                                     2020, Thm 14)
+DiscreteGaussianDpEvent(s, D),       ZCDpEvent(D^2 / (2 s^2)) (Canonne-Kamath-Steinke  dominating
+DiscreteGaussianVectorDpEvent(s, D)  2020, Thm 14)
 PureDpEvent, CollisionDpEvent,       RandomizedResponseDpEvent(2 / (e^eps + 1), 2):    dominating
 SelectiveRandomizedResponse...,      binary randomized response dominates every
 ApproxDpEvent(eps, 0), any other     eps-DP pair (Kairouz-Oh-Viswanath 2015, Thm 2.2)
@@ -61,6 +61,7 @@ from dpkd_audit.events import (
     CalibratedGaussianDpEvent,
     DeclaredGuarantee,
     DiscreteGaussianDpEvent,
+    DiscreteGaussianVectorDpEvent,
     GaussianNoisyMaxDpEvent,
     LaplaceNoisyMaxDpEvent,
     ShuffledLocalDpEvent,
@@ -129,7 +130,7 @@ def _leaf(event: _dp.DpEvent) -> _dp.DpEvent | None:
     if isinstance(event, BitRandomizedResponseDpEvent):
         return _dp.SelfComposedDpEvent(
             binary_randomized_response(float(event.epsilon_per_bit)), int(event.bits_changed))
-    if isinstance(event, DiscreteGaussianDpEvent):
+    if isinstance(event, (DiscreteGaussianDpEvent, DiscreteGaussianVectorDpEvent)):
         return _dp.ZCDpEvent(event.sensitivity ** 2 / (2.0 * float(event.sigma) ** 2))
     if isinstance(event, ShuffledLocalDpEvent):
         return binary_randomized_response(float(event.local_epsilon))

@@ -11,7 +11,7 @@ from scipy import stats
 
 from dpkd_audit.audit.attainable import attainable_epsilon, loss_tail_events
 from dpkd_audit.audit.bounds import optimal_attainable_bound
-from dpkd_audit.mechanisms import Gaussian, Laplace
+from dpkd_audit.mechanisms import Laplace, TextbookGaussian
 
 
 def test_laplace_tails_are_the_closed_form_half_lines():
@@ -25,7 +25,7 @@ def test_laplace_tails_are_the_closed_form_half_lines():
 
 
 def test_gaussian_matches_the_threshold_family_by_quadrature():
-    mech = Gaussian(epsilon=1.0, delta=1e-5)
+    mech = TextbookGaussian(epsilon=1.0, delta=1e-5)
     sigma = mech.event.noise_multiplier
     t = np.linspace(-10 * sigma, 12 * sigma, 40_001)
     p_x = stats.norm.sf(t, loc=1.0, scale=sigma)  # x' = 1 shifts the mean up
@@ -41,7 +41,7 @@ def test_tails_are_probabilities_and_the_bound_grows_with_n():
     for tail_x, tail_xp in loss_tail_events(_dp.LaplaceDpEvent(2.0)):
         assert np.all((tail_x >= 0) & (tail_x <= 1) & (tail_xp >= 0) & (tail_xp <= tail_x + 1e-12))
         assert np.all(np.diff(tail_x) >= -1e-15)
-    event = Gaussian(epsilon=1.0, delta=1e-5).event
+    event = TextbookGaussian(epsilon=1.0, delta=1e-5).event
     values = [attainable_epsilon(event, n=n, delta=1e-5) for n in (1_000, 100_000, 10_000_000)]
     assert values == sorted(values) and values[-1] < 1.0
 
@@ -58,7 +58,7 @@ def test_audit_mechanism_reports_the_attainable_bound_beside_its_own():
 
     from dpkd_audit.audit import audit_mechanism
 
-    mech = Gaussian(epsilon=1.0, delta=1e-5)
+    mech = TextbookGaussian(epsilon=1.0, delta=1e-5)
     result = audit_mechanism(mech, n=50_000, rng=np.random.default_rng(0), attainable=True)
     assert result.epsilon_attainable == pytest.approx(
         attainable_epsilon(mech.event, n=result.bound_samples, delta=1e-5), rel=1e-12)

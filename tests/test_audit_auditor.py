@@ -36,7 +36,7 @@ from dpkd_audit.mechanisms import (
     Laplace,
     RandomizedResponse,
 )
-from dpkd_audit.mechanisms.continuous import TextbookLaplace
+from dpkd_audit.mechanisms.continuous import TextbookGaussian, TextbookLaplace
 
 
 def rng_(seed: int) -> np.random.Generator:
@@ -158,20 +158,17 @@ def test_never_flags_a_mechanism_with_more_noise_than_claimed():
 #: Samples per side for the catalogue audit (ShuffledRandomizer and ReverseKnnCountRelease
 #: sample slowly: 10,000 users / 400 cells per output).
 CATALOGUE_N = {"ShuffledRandomizer": 1_000, "ReverseKnnCountRelease": 4_000}
-#: Textbook floating-point samplers of the package: their outputs carry Mironov (2012)
-#: artefacts, which AUTO's FLOAT_BITS attack detects (see the next test); AUTO_REAL audits
-#: their real-valued claim. Every other catalogue mechanism is audited with AUTO.
-FLOAT_SCALAR = {"Laplace", "Gaussian"}
 
 
 @pytest.mark.parametrize("entry", CATALOGUE, ids=lambda e: type(e.example()).__name__)
 def test_catalogue_mechanisms_are_never_flagged(entry):
+    # The default policy: every applicable attack, float bits included (issue 32: the
+    # package's continuous mechanisms are float-safe).
     mech = entry.example()
     name = type(mech).__name__
-    attack = Attack.AUTO_REAL if name in FLOAT_SCALAR else Attack.AUTO
+    assert resolve_attack(None, mech)[0] is Attack.AUTO
     for seed in (0, 1):
-        result = audit_mechanism(mech, n=CATALOGUE_N.get(name, 20_000), rng=rng_(seed),
-                                 attack=attack)
+        result = audit_mechanism(mech, n=CATALOGUE_N.get(name, 20_000), rng=rng_(seed))
         assert not result.violation, str(result)
         assert result.epsilon_claimed == mech.epsilon and result.delta == mech.delta
         assert result.mechanism == name
@@ -209,17 +206,20 @@ def test_auto_flags_the_floating_point_artefacts_of_textbook_float_samplers():
     # Mironov, CCS 2012: x + Lap(b) computed in doubles reaches inputs-dependent subsets of the
     # doubles. With x = 0 vs x' = 1, outputs in [1/4, 1/2) are multiples of 2^-53 under x' (the
     # sum 1 + z is exact there) while under x about half of them are odd multiples of 2^-54: an
-    # event of probability ~4% under x and 0 under x'. This is the textbook Laplace (kept as
-    # TextbookLaplace) and the package's Gaussian (still a textbook floating-point sampler);
-    # DiscreteLaplace and the float-safe Laplace (issue 32) are immune.
-    for mech in (TextbookLaplace(epsilon=1.0), CATALOGUE[1].example()):
-        result = audit_mechanism(mech, n=20_000, rng=rng_(3), attack=Attack.AUTO)
+    # event of probability ~4% under x and 0 under x'. The textbook samplers (TextbookLaplace,
+    # TextbookGaussian) are flagged by the default policy; DiscreteLaplace and the float-safe
+    # Laplace and Gaussian (issue 32) are immune, whatever the attack.
+    for mech in (TextbookLaplace(epsilon=1.0), TextbookGaussian(epsilon=1.0, delta=1e-5)):
+        assert resolve_attack(None, mech)[0] is Attack.AUTO
+        result = audit_mechanism(mech, n=20_000, rng=rng_(3))
         assert result.attack is Attack.FLOAT_BITS and result.violation
         assert result.epsilon_lower > 3.0
-    for safe in (DiscreteLaplace(epsilon=1.0), Laplace(epsilon=1.0)):
-        assert not audit_mechanism(safe, n=20_000, rng=rng_(3), attack=Attack.AUTO).violation
-    assert not audit_mechanism(Laplace(epsilon=1.0), n=20_000, rng=rng_(3),
-                               attack=Attack.FLOAT_BITS).violation
+    for safe in (DiscreteLaplace(epsilon=1.0), Laplace(epsilon=1.0),
+                 Gaussian(epsilon=1.0, delta=1e-5)):
+        assert not audit_mechanism(safe, n=20_000, rng=rng_(3)).violation
+        if not isinstance(safe, DiscreteLaplace):  # (integer outputs have no float bits)
+            assert not audit_mechanism(safe, n=20_000, rng=rng_(3),
+                                       attack=Attack.FLOAT_BITS).violation
     real = audit_mechanism(TextbookLaplace(epsilon=1.0), n=20_000, rng=rng_(3),
                            attack=Attack.AUTO_REAL)
     assert real.attack is Attack.THRESHOLD and not real.violation
@@ -482,24 +482,28 @@ def test_controls_are_loaded_lazily():
 
 
 def test_one_default_policy_for_api_and_command_line():
-    """Plain samplers: AUTO by default (float bits included, issue 31); package mechanisms
-    that declare textbook floating-point output: AUTO_REAL, said in the result; the suite
-    behind ``dpkd audit`` uses the same rule (it passes no attack)."""
+    """Plain samplers and every package mechanism: AUTO by default (float bits included, issues
+    31 and 32); only a control that declares floating-point output is audited with AUTO_REAL,
+    said in the result; the suite behind ``dpkd audit`` uses the same rule (it passes no
+    attack)."""
     from dpkd_audit.audit import resolve_attack
+    from dpkd_audit.audit.controls import HalfNoiseLaplace
     from dpkd_audit.audit.suite import find_target, run_audits
 
-    # the textbook Gaussian declares floating-point output (issue 32: Laplace is float-safe)
     result = audit_mechanism(Gaussian(epsilon=1.0, delta=1e-5), n=20_000, rng=rng_(3))
-    assert not result.violation
-    assert result.policy.startswith("auto_real") and "Mironov" in result.policy
+    assert not result.violation and result.policy.startswith("auto:")
+    control = audit_mechanism(HalfNoiseLaplace(epsilon=1.0), n=2_000, rng=rng_(3))
+    assert control.policy.startswith("auto_real") and "Mironov" in control.policy
     plain = audit_sampler(laplace_sampler(1.0), 0.0, 1.0, epsilon=1.0, n=20_000, rng=rng_(3))
     assert plain.policy.startswith("auto:")
-    for safe in (DiscreteLaplace(epsilon=1.0), Laplace(epsilon=1.0)):
+    for safe in (DiscreteLaplace(epsilon=1.0), Laplace(epsilon=1.0),
+                 TextbookLaplace(epsilon=1.0), TextbookGaussian(epsilon=1.0, delta=1e-5)):
         assert resolve_attack(None, safe)[0] is Attack.AUTO
     assert resolve_attack(Attack.THRESHOLD)[1].endswith("chosen by the caller")
-    record = next(run_audits([find_target("Gaussian")], samples=20_000, confidence=0.95,
-                             rng=rng_(3)))
-    assert record["policy"] == result.policy and record["attack"] == result.attack.value
+    for name, direct in (("Gaussian", result), ("HalfNoiseLaplace", control)):
+        record = next(run_audits([find_target(name)], samples=2_000 if direct is control
+                                 else 20_000, confidence=0.95, rng=rng_(3)))
+        assert record["policy"] == direct.policy and record["attack"] == direct.attack.value
 
 
 def test_default_confidence_is_95_percent():

@@ -125,8 +125,10 @@ def test_audit_all_writes_table_and_plot(tmp_path, capsys):
                  "--plot", str(plot)]) == 0
     out = capsys.readouterr().out
     from dpkd_audit.audit import controls
+    from dpkd_audit.audit.suite import TEXTBOOK_CONTROLS
 
-    assert out.count("VIOLATION") == len(controls.CONTROLS)  # every control, nothing else
+    # every control (the textbook float samplers too), nothing else
+    assert out.count("VIOLATION") == len(controls.CONTROLS) + len(TEXTBOOK_CONTROLS)
     assert "| SparseVector | 1 |" in out
     assert "not jointly" in out  # the 95% holds per audit
     assert plot.read_bytes()[:4] == b"\x89PNG"
@@ -142,8 +144,9 @@ def test_audit_argument_errors(capsys):
 @pytest.mark.parametrize("name", ["float_bits", "float-bits", "FLOAT_BITS"])
 def test_audit_attack_names_are_the_json_names(capsys, name):
     """One naming scheme: --attack takes the names the JSON records use (dashes accepted)."""
-    # the textbook Gaussian (the float-safe Laplace has no float artefact to find)
-    assert main(["audit", "Gaussian", "--attack", name, "--samples", "20000", "--json"]) == 1
+    # the textbook Gaussian (the float-safe Laplace and Gaussian have no float artefact to find)
+    assert main(["audit", "TextbookGaussian", "--attack", name, "--samples", "20000",
+                 "--json"]) == 1
     record = json.loads(capsys.readouterr().out)
     assert record["attack"] == "float_bits" and record["verdict"] == "violation"
     assert record["policy"] == "float_bits: chosen by the caller"

@@ -66,6 +66,7 @@ from dpkd_audit.mechanisms import (
     SelectiveRandomizedResponse,
     ShuffledHistogram,
     ShuffledRandomizer,
+    TextbookGaussian,
 )
 
 FUZZ = settings(derandomize=True, max_examples=200, deadline=None, database=None,
@@ -273,7 +274,17 @@ def verify_laplace(mech: Laplace) -> None:
     _verify_laplace_scale(Fraction(mech.sensitivity.value), mech.epsilon, mech.scale)
 
 
-def verify_gaussian(mech: Gaussian) -> None:
+def verify_float_safe_gaussian(mech: Gaussian) -> None:
+    # a discrete Gaussian on the grid, CKS Thm 7 at the rounded query's integer sensitivity
+    # floor(Delta / g) + 1, checked here point by point on the sampler's exact variance
+    grid = mech.grid(1)
+    steps = Fraction(mech.sensitivity.value) / Fraction(grid.granularity)
+    assert grid.sensitivity == math.floor(steps) + 1
+    exact = hockey_stick_discrete_gaussian(mech.epsilon, grid.variance, int(grid.sensitivity))
+    assert exact <= mech.delta * (1 + 1e-9)
+
+
+def verify_gaussian(mech: TextbookGaussian) -> None:
     assert 1e-300 <= mech.sigma <= 1e300
     assert exact_gaussian_delta(mech.epsilon, mech.sigma, mech.sensitivity.value) \
         <= mpmath.mpf(mech.delta)
@@ -392,7 +403,10 @@ CASES: dict[str, Case] = {
         lambda p: Laplace(**p), verify_laplace, lambda m: 1, _floats_out),
     "Gaussian": Case(
         {"epsilon": epsilons(), "delta": deltas(), "sensitivity": sensitivities()},
-        lambda p: Gaussian(**p), verify_gaussian, lambda m: 1, _floats_out),
+        lambda p: Gaussian(**p), verify_float_safe_gaussian, lambda m: 1, _floats_out),
+    "TextbookGaussian": Case(
+        {"epsilon": epsilons(), "delta": deltas(), "sensitivity": sensitivities()},
+        lambda p: TextbookGaussian(**p), verify_gaussian, lambda m: 1, _floats_out),
     "DiscreteLaplace": Case(
         {"epsilon": epsilons(), "sensitivity": sensitivities(integer=True)},
         lambda p: DiscreteLaplace(**p), verify_discrete_laplace, lambda m: 1, _ints_out),
@@ -455,7 +469,7 @@ CASES: dict[str, Case] = {
         lambda p: LatentCodeLaplace(**p), verify_latent, lambda m: m.latent_dim, _floats_out),
 }
 
-NAMES = [type(entry.example()).__name__ for entry in CATALOGUE]
+NAMES = [type(entry.example()).__name__ for entry in CATALOGUE] + ["TextbookGaussian"]
 
 
 def test_every_catalogued_mechanism_is_fuzzed():
@@ -524,6 +538,7 @@ def junk() -> st.SearchStrategy[Any]:
 
 
 EXAMPLES = {type(entry.example()).__name__: entry.example() for entry in CATALOGUE}
+EXAMPLES["TextbookGaussian"] = TextbookGaussian(epsilon=1.0, delta=1e-5)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -306,10 +306,10 @@ def _tiny_teacher():
 def _exact_sum(teacher, images, config):
     """The unnoised sum, by releasing it with a mechanism of negligible noise."""
     from dpkd_audit.ledger import Ledger
-    from dpkd_audit.mechanisms import Gaussian
+    from dpkd_audit.mechanisms import TextbookGaussian
     from dpkd_audit.pipelines.common.dp_statistics import release_feature_statistics
 
-    mechanism = Gaussian(epsilon=1e12, delta=0.5, sensitivity=config.sensitivity)
+    mechanism = TextbookGaussian(epsilon=1e12, delta=0.5, sensitivity=config.sensitivity)
     return release_feature_statistics(teacher, images, config=config, mechanism=mechanism,
                                       ledger=Ledger(epsilon=1e12, delta=0.9),
                                       rng=np.random.default_rng(0), device=torch.device("cpu"))

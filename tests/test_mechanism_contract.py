@@ -114,6 +114,30 @@ def _expect_gaussian_sigma(sigma: float, eps: float, delta: float, sens: float) 
     assert want * (1 - 1e-12) <= sigma <= want * (1 + SIGMA_REL)
 
 
+def _expect_discrete_gaussian(event, eps: float, delta: float, sens: int) -> None:
+    """CKS Thm 7 sigma for integer sensitivity ``sens``, and the claim met on our own curve."""
+    assert isinstance(event, DiscreteGaussianDpEvent)
+    assert event.sensitivity == sens
+    want = ref.discrete_gaussian_sigma(eps, delta, sens)
+    tol = DG_SIGMA_REL + 2.0**-20 / want**2
+    assert want * (1 - tol) <= event.sigma <= want * (1 + tol)
+    assert ref.discrete_gaussian_delta(eps, event.sigma, sens) <= delta * (1 + 1e-9)
+
+
+def _expect_float_safe_gaussian(event, eps: float, delta: float,
+                                sens: float) -> tuple[float, float]:
+    """The float-safe Gaussian (issue 32), one changed coordinate: a discrete Gaussian on a grid.
+
+    g = 2^floor(log2(Delta_2 / 512)) while Balle-Wang's sigma is at most 2^13 g; the rounded
+    query's shift is an integer of at most floor(Delta_2 / g) + 1 (CKS Thm 7 applies).
+    """
+    g = 2.0 ** math.floor(math.log2(sens / 512))
+    assert ref.analytic_gaussian_sigma(eps, delta, sens) <= 8192 * g  # the examples' case
+    grid_sens = math.floor(Fraction(sens) / Fraction(g)) + 1
+    _expect_discrete_gaussian(event, eps, delta, grid_sens)
+    return (eps, eps)
+
+
 def _expect(mech: Mechanism) -> tuple[float, float]:
     """Check the event's structure against the formula; return the [lo, hi] its eps must lie in.
 
@@ -129,6 +153,8 @@ def _expect(mech: Mechanism) -> tuple[float, float]:
     if name == "TextbookLaplace":
         return _expect_laplace(event, eps)
     if name == "Gaussian":
+        return _expect_float_safe_gaussian(event, eps, mech.delta, mech.sensitivity.value)
+    if name == "TextbookGaussian":
         assert isinstance(event, CalibratedGaussianDpEvent)
         sens = mech.sensitivity.value
         _expect_gaussian_sigma(event.noise_multiplier * sens, eps, mech.delta, sens)
@@ -139,14 +165,7 @@ def _expect(mech: Mechanism) -> tuple[float, float]:
         assert mech.discrete
         return _expect_discrete_laplace(event, eps, 2 * mech.k * mech.r)
     if name == "DiscreteGaussian":
-        assert isinstance(event, DiscreteGaussianDpEvent)
-        sens = int(mech.sensitivity.value)
-        assert event.sensitivity == sens
-        want = ref.discrete_gaussian_sigma(eps, mech.delta, sens)
-        tol = DG_SIGMA_REL + 2.0**-20 / want**2
-        assert want * (1 - tol) <= event.sigma <= want * (1 + tol)
-        # and the sigma declared really meets the claim on the test's own Thm 7 curve
-        assert ref.discrete_gaussian_delta(eps, event.sigma, sens) <= mech.delta * (1 + 1e-9)
+        _expect_discrete_gaussian(event, eps, mech.delta, int(mech.sensitivity.value))
         return (eps, eps)
     if name == "RandomizedResponse":
         assert type(event) is _dp.RandomizedResponseDpEvent

@@ -33,7 +33,7 @@ from dpkd_audit._privacy_math import (
 from dpkd_audit.accountants.pure import event_guarantee
 from dpkd_audit.events import CalibratedGaussianDpEvent, DiscreteGaussianDpEvent
 from dpkd_audit.mechanisms.base import Guarantee, Norm, Sensitivity
-from dpkd_audit.mechanisms.continuous import Gaussian, Laplace
+from dpkd_audit.mechanisms.continuous import Gaussian, Laplace, TextbookGaussian
 from dpkd_audit.mechanisms.discrete import DiscreteGaussian, DiscreteLaplace
 from dpkd_audit.mechanisms.randomized_response import RandomizedResponse
 
@@ -249,12 +249,13 @@ def test_float_safe_laplace_refuses_values_beyond_its_grid_before_charging(tmp_p
     assert mech.sample(limit / 2, 1, rng=rng_(0)).shape == (1,)
 
 
-def test_gaussian_ks():
+def test_textbook_gaussian_ks():
     """KS against N(value, sigma^2) at ALPHA, fixed seed (false-failure rate 1e-4).
 
     sigma is Balle-Wang's (Thm 8), found here by brentq on the closed form, not ``mech.sigma``.
+    (The float-safe Gaussian's distribution: tests/test_float_safe_gaussian.py.)
     """
-    mech = Gaussian(epsilon=1.0, delta=1e-5, sensitivity=3.0)
+    mech = TextbookGaussian(epsilon=1.0, delta=1e-5, sensitivity=3.0)
     sigma = ref.analytic_gaussian_sigma(1.0, 1e-5, 3.0)
     x = mech.sample(2.5, N, rng=rng_(11)) - 2.5
     assert stats.kstest(x, stats.norm(scale=sigma).cdf).pvalue > ALPHA
@@ -391,8 +392,8 @@ def test_laplace_event(eps, sens):
 @FEW
 @given(eps=st.floats(min_value=0.05, max_value=10.0),
        delta=st.floats(min_value=1e-10, max_value=0.1), sens=st.floats(min_value=0.1, max_value=10))
-def test_gaussian_event(eps, delta, sens):
-    mech = Gaussian(epsilon=eps, delta=delta, sensitivity=sens)
+def test_textbook_gaussian_event(eps, delta, sens):
+    mech = TextbookGaussian(epsilon=eps, delta=delta, sensitivity=sens)
     assert isinstance(mech.event, CalibratedGaussianDpEvent)
     assert event_guarantee(mech.event) == (eps, delta)
     assert analytic_gaussian_delta(eps, mech.sigma, sens) <= delta

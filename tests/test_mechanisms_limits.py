@@ -45,6 +45,7 @@ from dpkd_audit.mechanisms import (
     SelectiveRandomizedResponse,
     ShuffledHistogram,
     ShuffledRandomizer,
+    TextbookGaussian,
 )
 from dpkd_audit.mechanisms.shuffle import shuffled_histogram_delta
 
@@ -83,8 +84,12 @@ def hockey_stick_discrete_gaussian(epsilon: float, variance: Fraction, shift: in
 
 # ----------------------------------------------------------------------------- issue cases
 def test_gaussian_tiny_epsilon_and_delta_is_exact_now():
-    """Gaussian(1e-12, 1e-300) used to have true delta 2.4e-30; now it meets 1e-300 exactly."""
-    for mech, sens in [(Gaussian(epsilon=1e-12, delta=1e-300), 1.0),
+    """Gaussian(1e-12, 1e-300) used to have true delta 2.4e-30; now it meets 1e-300 exactly.
+
+    (The textbook sampler, the former ``Gaussian``; the float-safe one refuses a noise beyond
+    its exact sampler: tests/test_float_safe_gaussian.py.)
+    """
+    for mech, sens in [(TextbookGaussian(epsilon=1e-12, delta=1e-300), 1.0),
                        (GaussianNoisyMax(epsilon=1e-12, delta=1e-300, num_classes=2),
                         mpmath.sqrt(2))]:
         assert exact_gaussian_delta(1e-12, mech.sigma, sens) <= mpmath.mpf(1e-300)
@@ -99,8 +104,9 @@ def test_approximate_mechanisms_refuse_huge_epsilon(cls):
         with pytest.raises(ValueError, match="epsilon"):
             cls(epsilon=eps, delta=1e-5, **extra)
     mech = cls(epsilon=1e12, delta=1e-5, **extra)  # the top of the range works, exactly
-    if cls is Gaussian:
-        assert exact_gaussian_delta(1e12, mech.sigma, 1.0) <= mpmath.mpf(1e-5)
+    if cls is Gaussian:  # float-safe: a discrete Gaussian at the grid's integer sensitivity
+        grid = mech.grid(1)
+        assert hockey_stick_discrete_gaussian(1e12, grid.variance, int(grid.sensitivity)) <= 1e-5
     if cls is DiscreteGaussian:
         assert hockey_stick_discrete_gaussian(1e12, mech.variance, 1) <= 1e-5
     out = mech.sample(mech.neighbours()[0], 5, rng=rng_())
@@ -181,7 +187,7 @@ def test_extreme_but_accepted_parameters_do_not_crash():
     rng = rng_(3)
     cases = [
         (Laplace(epsilon=2.0**62), 0.0),
-        (Gaussian(epsilon=2.3e-308, delta=0.5), -1e300),
+        (TextbookGaussian(epsilon=2.3e-308, delta=0.5), -1e300),
         (DiscreteGaussian(epsilon=2.3e-308, delta=0.5), 2**62),
         (DiscreteLaplace(epsilon=1e300), -(2**62)),
         (RandomizedResponse(epsilon=700.0, num_classes=10**8), 10**8 - 1),

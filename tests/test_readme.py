@@ -30,7 +30,8 @@ def test_readme_mechanism_table_matches_the_code():
     readme = (ROOT / "README.md").read_text()
     for row in catalogue():
         assert f"| `{row['mechanism']}` | {row['example']} | {row['sensitivity']} | " \
-               f"{row['guarantee']} |" in readme, row["mechanism"]
+               f"{row['guarantee']} | {row['scope']} | {row['paper']} |" in readme, \
+            row["mechanism"]
 
 
 def test_readme_library_snippet_runs(tmp_path, monkeypatch):

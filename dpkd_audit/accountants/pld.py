@@ -51,7 +51,8 @@ Event -> PLD (one occurrence; replace-one neighbours unless stated):
   ``SelectiveRandomizedResponseDpEvent``, ``ShuffledLocalDpEvent`` *without* amplification):
   binary randomized response with that epsilon, which dominates every eps-DP pair
   (Kairouz-Oh-Viswanath 2015, Thm 2.2 / Murtagh-Vadhan 2016).
-- ``ApproxDpEvent`` / ``ShuffledHistogramDpEvent`` (declared (eps, delta)): the dominating pair
+- ``ApproxDpEvent`` / ``ShuffledHistogramDpEvent`` / ``DiscreteGaussianVectorDpEvent`` (declared
+  (eps, delta); the multivariate discrete Gaussian's PLD is not a 1-D one): the dominating pair
   of (eps, delta)-DP: +inf w.p. delta, +-eps with (1 - delta) times the binary-RR weights
   (KOV 2015, Thm 2.2; dp_accounting ``from_privacy_parameters``).
 - ``BitRandomizedResponseDpEvent``: ``bits_changed``-fold composition of binary RR with
@@ -135,6 +136,7 @@ from dpkd_audit.events import (
     CollisionDpEvent,
     DeclaredGuarantee,
     DiscreteGaussianDpEvent,
+    DiscreteGaussianVectorDpEvent,
     GaussianNoisyMaxDpEvent,
     LaplaceNoisyMaxDpEvent,
     PureDpEvent,
@@ -296,7 +298,8 @@ class PLDAccountant(Accountant):
         if isinstance(event, (PureDpEvent, CollisionDpEvent,
                               SelectiveRandomizedResponseDpEvent)):
             return [(("binary-rr", float(event.epsilon)), 1)]
-        if isinstance(event, (ApproxDpEvent, ShuffledHistogramDpEvent)):
+        if isinstance(event, (ApproxDpEvent, ShuffledHistogramDpEvent,
+                              DiscreteGaussianVectorDpEvent)):
             return [self._declared_spec(float(event.epsilon), float(event.delta))]
         if isinstance(event, _dp.GaussianDpEvent):
             s = self._nonnegative(event, "noise_multiplier", event.noise_multiplier)

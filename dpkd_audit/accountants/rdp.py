@@ -27,6 +27,7 @@ LaplaceNoisyMaxDpEvent                min(RR(2/b), 2 * Laplace(1/b)) (post-proce
                                       Laplace-noised vote histogram; see ``_lnmax_curve``)
 GaussianNoisyMaxDpEvent               alpha / sigma^2 (Papernot et al. 2018, Proposition 8)
 DiscreteGaussianDpEvent               alpha Delta^2 / (2 sigma^2) (Canonne-Kamath-Steinke 2020)
+DiscreteGaussianVectorDpEvent         alpha Delta^2 / (2 sigma^2) (CKS 2020, Thm 14; L2 shift)
 ZCDpEvent                             xi + rho alpha (Bun-Steinke 2016, Definition 1.1)
 PoissonSampledDpEvent(q, Gaussian)    Mironov-Talwar-Zhang 2019 (ADD_OR_REMOVE_ONE/REPLACE_SPECIAL),
                                       an upper bound (see :func:`subsampled_gaussian_rdp`)

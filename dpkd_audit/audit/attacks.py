@@ -73,8 +73,8 @@ class Attack(enum.Enum):
     #: :func:`~dpkd_audit.audit.auditor.resolve_attack`).
     AUTO = "auto"
     #: AUTO without FLOAT_BITS: audits the real-valued (idealised) mechanism, ignoring how its
-    #: outputs sit on the floating-point grid (the default only for package mechanisms that
-    #: declare textbook floating-point output).
+    #: outputs sit on the floating-point grid (the default only for the controls that declare
+    #: ``floating_point_output``: their flaw is elsewhere).
     AUTO_REAL = "auto_real"
 
 

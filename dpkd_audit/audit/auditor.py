@@ -97,10 +97,13 @@ def resolve_attack(attack: Attack | None, mechanism: Any = None) -> tuple[Attack
       bits included (cheap, and the only one that sees Mironov's (2012) artefacts of a
       textbook floating-point sampler such as ``x + rng.laplace(0, b)``). A plain sampler
       gives no hint of how it computes its floats, so nothing is looked away from.
-    - The one exception is a package mechanism that declares ``floating_point_output = True``
-      (a textbook floating-point sampler of a real-valued design whose artefacts are
-      documented, not yet fixed: issue 32): it is audited with AUTO_REAL, float bits
-      excluded, and the policy says so; pass ``Attack.AUTO`` to audit its bits.
+    - The one exception is a mechanism that declares ``floating_point_output = True``: a
+      positive control of :mod:`~dpkd_audit.audit.controls` whose flaw is not the
+      floating-point one (it is audited as the real-valued design it gets wrong). It is
+      audited with AUTO_REAL, float bits excluded, and the policy says so; pass
+      ``Attack.AUTO`` to audit its bits. No mechanism of the package declares it: the
+      float-safe ``Laplace`` and ``Gaussian`` are audited with every attack, and the textbook
+      samplers (``TextbookLaplace``, ``TextbookGaussian``) are flagged by it.
 
     Raises:
         ValueError: If ``attack`` is neither ``None`` nor an :class:`Attack`.
@@ -112,9 +115,10 @@ def resolve_attack(attack: Attack | None, mechanism: Any = None) -> tuple[Attack
         return attack, f"{attack.value}: chosen by the caller"
     if mechanism is not None and getattr(type(mechanism), "floating_point_output", False):
         return Attack.AUTO_REAL, ("auto_real: every applicable attack on the real-valued "
-                                  "outputs of a textbook floating-point mechanism; its "
-                                  "floating-point artefacts (Mironov 2012) are not audited - "
-                                  "pass Attack.AUTO or FLOAT_BITS to include them")
+                                  "outputs of a control that samples in floating point and "
+                                  "whose flaw is elsewhere; its floating-point artefacts "
+                                  "(Mironov 2012) are not audited - pass Attack.AUTO or "
+                                  "FLOAT_BITS to include them")
     return Attack.AUTO, "auto: every applicable attack, float bits included"
 
 

@@ -5,10 +5,12 @@ samples per side is capped so that one side holds at most ``max_values`` output 
 output of 400 entries counts 400), which keeps the run time of large-output mechanisms bounded
 while staying deterministic; the record says how many samples were used.
 
-Textbook floating-point samplers (``Mechanism.floating_point_output``) are audited as
-real-valued designs (``AUTO_REAL``, the rule of :func:`~dpkd_audit.audit.auditor.
-resolve_attack`, shared with the API) unless an attack is forced: their float64 outputs carry
-Mironov's (2012) artefacts, which the ``FLOAT_BITS`` attack exposes (see the README).
+Every catalogued mechanism is audited with every applicable attack, float bits included (the
+rule of :func:`~dpkd_audit.audit.auditor.resolve_attack`, shared with the API): the package's
+continuous mechanisms are float-safe. The textbook floating-point samplers
+(:class:`~dpkd_audit.mechanisms.TextbookLaplace`, :class:`~dpkd_audit.mechanisms.
+TextbookGaussian`) are listed among the positive controls: their float64 outputs carry
+Mironov's (2012) artefacts, which the ``FLOAT_BITS`` attack exposes.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dpkd_audit import _validate
 from dpkd_audit.audit.attacks import Attack
 from dpkd_audit.audit.auditor import audit_mechanism
 from dpkd_audit.executor import ExecutorConfig
-from dpkd_audit.mechanisms import CATALOGUE, example_text
+from dpkd_audit.mechanisms import CATALOGUE, TextbookGaussian, TextbookLaplace, example_text
 from dpkd_audit.provenance import provenance
 
 __all__ = ["AuditTarget", "audit_targets", "find_target", "run_audits", "with_epsilon"]
@@ -38,17 +40,29 @@ class AuditTarget:
     control: bool = False
 
 
+#: The package's textbook floating-point samplers, audited as positive controls.
+TEXTBOOK_CONTROLS: tuple[Callable[[], Any], ...] = (
+    lambda: TextbookLaplace(epsilon=1.0),
+    lambda: TextbookGaussian(epsilon=1.0, delta=1e-5),
+)
+
+
 def audit_targets(*, include_controls: bool = True) -> list[AuditTarget]:
-    """The package's catalogued mechanisms, then (optionally) the positive controls.
+    """The package's catalogued mechanisms, then (optionally) the controls.
 
     Each catalogued mechanism is audited in its audit configuration
-    (:meth:`~dpkd_audit.mechanisms.CatalogueEntry.audited`), which the record names.
+    (:meth:`~dpkd_audit.mechanisms.CatalogueEntry.audited`), which the record names. The
+    controls: the broken-on-purpose mechanisms of :mod:`~dpkd_audit.audit.controls` and the
+    textbook floating-point samplers (positive), then the correct look-alikes (negative).
     """
     targets = [AuditTarget(name=type(entry.example()).__name__, make=entry.audited)
                for entry in CATALOGUE]
     if include_controls:
         from dpkd_audit.audit import controls
 
+        for factory in TEXTBOOK_CONTROLS:
+            targets.append(AuditTarget(name=type(factory()).__name__, make=factory,
+                                       control=True))
         for factory in (*controls.CONTROLS, *controls.NEGATIVE_CONTROLS):
             targets.append(AuditTarget(name=type(factory()).__name__, make=factory,
                                        control=factory in controls.CONTROLS))

@@ -258,7 +258,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
             if r.get("flaw"):
                 print(f"- {r['mechanism']}: {r['flaw']}")
         print(f"attack policy: {records[0]['policy']}" if len(records) == 1 else
-              "attack policy per mechanism: see --json (auto_real for textbook float samplers)")
+              "attack policy per mechanism: see --json (auto, float bits included, except "
+              "auto_real for controls whose flaw is not the floating-point one)")
     if plot_path is not None:
         path = plot_audit(records, plot_path,
                           title=f"Claimed vs empirical epsilon ({args.confidence:.0%} lower "
@@ -395,9 +396,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attack", type=_attack_name, metavar="ATTACK",
                    help="force an attack, by the name the JSON records use (auto, auto_real, "
                         "threshold, histogram, classifier, coordinate, float_bits; dashes "
-                        "accepted) (default: auto_real for the package's textbook float "
-                        "mechanisms, auto, float bits included, for everything else; the "
-                        "result says which ran and why)")
+                        "accepted) (default: auto, float bits included, for every mechanism "
+                        "of the package and any sampler; auto_real for the controls whose "
+                        "flaw is not the floating-point one; the result says which ran and "
+                        "why)")
     p.add_argument("--seed", type=int, default=0, help="seed of the audit's randomness")
     p.add_argument("--workers", type=int_at_least(1), metavar="W",
                    help="draw the bounding samples in W parts per input, each from its own "

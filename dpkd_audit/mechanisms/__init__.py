@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable
 
 from dpkd_audit.mechanisms.base import AuditView, Guarantee, Mechanism, Norm, Sensitivity
-from dpkd_audit.mechanisms.continuous import Gaussian, Laplace, TextbookLaplace
+from dpkd_audit.mechanisms.continuous import Gaussian, Laplace, TextbookGaussian, TextbookLaplace
 from dpkd_audit.mechanisms.dgd import LatentCodeLaplace
 from dpkd_audit.mechanisms.discrete import DiscreteGaussian, DiscreteLaplace
 from dpkd_audit.mechanisms.pate import GaussianNoisyMax, LaplaceNoisyMax
@@ -50,6 +50,7 @@ __all__ = [
     "Sensitivity",
     "ShuffledHistogram",
     "ShuffledRandomizer",
+    "TextbookGaussian",
     "TextbookLaplace",
     "catalogue",
     "example_text",

@@ -123,9 +123,10 @@ class Mechanism(abc.ABC):
 
     #: Short citation of the mechanism's source.
     reference: ClassVar[str] = ""
-    #: True for textbook floating-point samplers whose real-valued outputs carry the bit-level
-    #: artefacts of Mironov 2012 (the auditor's float-bits attack distinguishes them); such
-    #: mechanisms are private as real-valued designs, not as float64 implementations.
+    #: True for a broken-on-purpose control (:mod:`dpkd_audit.audit.controls`) that samples in
+    #: floating point and whose flaw lies elsewhere: the default audit then looks at its
+    #: real-valued design only (:func:`dpkd_audit.audit.auditor.resolve_attack`). No package
+    #: mechanism sets it; the textbook samplers do not either, so the default audit flags them.
     floating_point_output: ClassVar[bool] = False
 
     # ----------------------------------------------------------------- declared properties

@@ -25,8 +25,9 @@ the term but matches **differentially private** statistics instead:
    already treats as public, Opacus's convention); when C is below the records' norms every
    released mean and variance shrinks by the mean clip factor (digits, C = 8, norms ~54: ~7x,
    the generator then fits dark images).
-4. S is released by the package's :class:`~dpkd_audit.mechanisms.Gaussian` (Balle-Wang ICML
-   2018, Thm 8) with the ledger charged first. The means m and mean squares s give the
+4. S is released by the Gaussian mechanism (Balle-Wang ICML 2018, Thm 8; for now the textbook
+   sampler :class:`~dpkd_audit.mechanisms.TextbookGaussian`, see :func:`statistics_mechanism`)
+   with the ledger charged first. The means m and mean squares s give the
    variances max(s - m^2, 0). Everything after the release is post-processing (the noisy W is
    clamped to [1, N] before dividing).
 
@@ -47,7 +48,7 @@ from torch import nn
 
 from dpkd_audit import _validate
 from dpkd_audit.ledger import Ledger
-from dpkd_audit.mechanisms import Gaussian
+from dpkd_audit.mechanisms import TextbookGaussian
 from dpkd_audit.pipelines.common.config import parse_enum
 
 __all__ = [
@@ -130,10 +131,14 @@ class StatisticsConfig:
 
 
 def statistics_mechanism(config: StatisticsConfig, *, target_epsilon: float,
-                         delta: float) -> Gaussian:
+                         delta: float) -> TextbookGaussian:
     """The Gaussian mechanism of the release: (share x target, delta)-DP.
 
-    Its sensitivity is :attr:`StatisticsConfig.sensitivity`.
+    Its sensitivity is :attr:`StatisticsConfig.sensitivity`. Still the textbook floating-point
+    sampler (private as a real-valued design; its doubles are not: Mironov 2012) that every
+    committed sound report used: moving to the float-safe :class:`~dpkd_audit.mechanisms.
+    Gaussian` changes every draw, so it lands together with the reruns of those reports
+    (issue 32).
 
     Raises:
         ValueError: If the release is disabled (``epsilon_share`` = 0) or a parameter is bad.
@@ -141,8 +146,8 @@ def statistics_mechanism(config: StatisticsConfig, *, target_epsilon: float,
     if not config.enabled:
         raise ValueError("statistics are disabled (epsilon_share = 0): there is no mechanism")
     target_epsilon = _validate.check_epsilon(target_epsilon, "target_epsilon")
-    return Gaussian(epsilon=config.epsilon_share * target_epsilon, delta=delta,
-                    sensitivity=config.sensitivity)
+    return TextbookGaussian(epsilon=config.epsilon_share * target_epsilon, delta=delta,
+                            sensitivity=config.sensitivity)
 
 
 def statistics_layers(model: nn.Module) -> list[nn.Module]:
@@ -212,7 +217,7 @@ class ReferenceStatistics:
     means: tuple[torch.Tensor, ...]
     variances: tuple[torch.Tensor, ...]
     pixel_statistics: bool
-    mechanism: Gaussian
+    mechanism: TextbookGaussian
     clip_factor_mean: float | None = None
 
 
@@ -258,7 +263,8 @@ class FeatureStatistics:
 
 
 def release_feature_statistics(teacher: nn.Module, images: np.ndarray, *,
-                               config: StatisticsConfig, mechanism: Gaussian, ledger: Ledger,
+                               config: StatisticsConfig, mechanism: TextbookGaussian,
+                               ledger: Ledger,
                                rng: np.random.Generator, device: torch.device,
                                label: str = "feature statistics") -> ReferenceStatistics:
     """Sum every record's clipped statistics, charge ``ledger``, release the noisy sum.
@@ -336,7 +342,7 @@ def release_feature_statistics(teacher: nn.Module, images: np.ndarray, *,
                                clip_factor_mean=factor_mean)
 
 
-def statistics_record(config: StatisticsConfig, mechanism: Gaussian | None,
+def statistics_record(config: StatisticsConfig, mechanism: TextbookGaussian | None,
                       reference: ReferenceStatistics | None = None) -> dict[str, Any] | None:
     """The run record's ``statistics`` entry (``None`` without a release).
 

@@ -67,7 +67,7 @@ from dpkd_audit.accountants.rdp import RDPAccountant
 from dpkd_audit.errors import BudgetExceededError
 from dpkd_audit.events import event_to_json
 from dpkd_audit.ledger import Ledger
-from dpkd_audit.mechanisms import Gaussian, LaplaceNoisyMax, LatentCodeLaplace
+from dpkd_audit.mechanisms import LaplaceNoisyMax, LatentCodeLaplace, TextbookGaussian
 from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.dp_statistics import (
     FeatureStatistics,
@@ -178,7 +178,7 @@ def query_mechanism(config: DgdConfig, num_classes: int) -> LaplaceNoisyMax:
     return LaplaceNoisyMax.from_noise_scale(config.noise_scale, num_classes)
 
 
-def statistics_release(config: DgdConfig) -> Gaussian | None:
+def statistics_release(config: DgdConfig) -> TextbookGaussian | None:
     """The sound mode's statistics mechanism (``None`` when disabled or in published mode)."""
     if config.mode is not DgdMode.SOUND or not config.statistics.enabled:
         return None

@@ -58,7 +58,7 @@ from dpkd_audit.accountants.rdp import RDPAccountant
 from dpkd_audit.errors import BudgetExceededError
 from dpkd_audit.events import event_to_json
 from dpkd_audit.ledger import Ledger
-from dpkd_audit.mechanisms import Gaussian
+from dpkd_audit.mechanisms import TextbookGaussian
 from dpkd_audit.mechanisms.selective_rr import SelectiveRandomizedResponse
 from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.distill import ReleaseChannel, StagedStudent
@@ -185,7 +185,7 @@ def ledger_for(config: DpdfdConfig, *, path: str | os.PathLike | None = None) ->
                   path=path)
 
 
-def statistics_release(config: DpdfdConfig) -> Gaussian | None:
+def statistics_release(config: DpdfdConfig) -> TextbookGaussian | None:
     """The sound mode's statistics mechanism (``None`` when disabled or in published mode)."""
     if config.mode is not DpdfdMode.SOUND or not config.statistics.enabled:
         return None
