@@ -274,43 +274,78 @@ class Ledger:
             ValueError: For an empty label.
             LedgerError: If the file cannot be written or was altered; nothing was acknowledged.
         """
-        label = _store.check_label(label)
-        self._template.copy().compose(event)  # type: ignore[union-attr] # names the event
-        event_json = event_to_json(event)
+        return self.charge_all([(event, label)])[0]
+
+    def charge_all(self, items: Sequence[tuple[_dp.DpEvent, str]]) -> list[Charge]:
+        """Record every ``(event, label)`` of a plan, in order, or none of them.
+
+        One write transaction: the budget is checked for the whole plan against the ledger as it
+        is inside the transaction (charges other processes made since a :meth:`check` count), and
+        a crash, a kill or a pause anywhere before the commit leaves none of the plan's charges
+        (a sweep's plan is all-or-nothing, issue 33). Each charge is its own row of the chain,
+        exactly as if made by :meth:`charge` one after the other.
+
+        Returns:
+            The recorded charges, in order.
+
+        Raises:
+            BudgetExceededError: If the plan as a whole would exceed the budget (nothing
+                recorded).
+            UnsupportedEventError: If the accountant cannot account for one of the events.
+            ValueError: For an empty plan or an empty label.
+            LedgerError: If the file cannot be written or was altered; nothing was acknowledged.
+        """
+        items = list(items)
+        if not items:
+            raise ValueError("items must hold at least one (event, label) pair")
+        labels = [_store.check_label(label) for _, label in items]
+        events = [event for event, _ in items]
+        for event in events:
+            self._template.copy().compose(event)  # type: ignore[union-attr] # names the event
+        event_jsons = [event_to_json(event) for event in events]
+        plan = events[0] if len(events) == 1 else _dp.ComposedDpEvent(events)
+        plan_label = labels[0] if len(labels) == 1 else \
+            f"{labels[0]} (and the {len(labels) - 1} other charges of its plan)"
         with self._lock:
             if self._closed:
                 raise LedgerError("this ledger was closed; open the file again to charge")
             if self._path is None:
-                trial = self._check(event, label)
-                charge = Charge(seq=len(self._charges) + 1, label=label, event=event,
-                                created=time.time(), pid=os.getpid())
+                trial = self._check(plan, plan_label)
+                created, pid = time.time(), os.getpid()
+                charges = [Charge(seq=len(self._charges) + i, label=label, event=event,
+                                  created=created, pid=pid)
+                           for i, (event, label) in enumerate(zip(events, labels, strict=True),
+                                                              start=1)]
                 self._accountant = trial
-                self._charges.append(charge)
-                return charge
+                self._charges.extend(charges)
+                return charges
             if self._read_only:
                 raise LedgerError(f"ledger {self._path} was opened read-only; open it with "
                                   "read_only=False to charge")
             conn = self._connection()
             created, pid = time.time(), os.getpid()
-            shown = label if len(label) <= 60 else label[:57] + "..."
+            shown = plan_label if len(plan_label) <= 60 else plan_label[:57] + "..."
             with _store.transaction(conn, self._path, write=True,
                                     doing=f"charging {shown!r} (not recorded)"):
                 self._same_file(conn)
                 head = self._read_head(conn)
                 self._catch_up(conn, head)  # others' charges, composed before the budget check
-                trial = self._check(event, label)
-                seq = head.count + 1
-                digest = self._chain.charge(head.digest, seq, label, event_json, created, pid)
-                genesis = self._genesis
-                _store.write_charge(conn, _store.Row(seq, label, event_json, created, pid, digest),
-                                    _store.Head(seq, digest, genesis,
-                                                self._chain.head(seq, digest, genesis)))
+                trial = self._check(plan, plan_label)
+                seq, digest, genesis = head.count, head.digest, self._genesis
+                for label, event_json in zip(labels, event_jsons, strict=True):
+                    seq += 1
+                    digest = self._chain.charge(digest, seq, label, event_json, created, pid)
+                    _store.write_charge(
+                        conn, _store.Row(seq, label, event_json, created, pid, digest),
+                        _store.Head(seq, digest, genesis, self._chain.head(seq, digest, genesis)))
             # committed: only now does the in-memory state advance
-            charge = Charge(seq=seq, label=label, event=event, created=created, pid=pid)
+            first = head.count + 1
+            charges = [Charge(seq=first + i, label=label, event=event, created=created, pid=pid)
+                       for i, (event, label) in enumerate(zip(events, labels, strict=True))]
             self._accountant = trial
-            self._charges.append(charge)
+            self._charges.extend(charges)
             self._last_digest = digest
-            return charge
+            return charges
 
     def check(self, events: Sequence[_dp.DpEvent], *, label: str) -> Epsilon:
         """Would charging ``events`` (in order) fit the budget? Records nothing.

@@ -4,9 +4,10 @@ Without ``--ledger`` every run of a sweep is its own experiment with its own fre
 it, the sweep's runs are releases about the same private records, and their budgets compose:
 before any run starts (on this machine or as Ray tasks), every run's charges are planned from
 the pipeline's own pre-run check (``planned_run_events``), checked together against the ledger,
-and then charged to it by this process alone, one transaction each. Runs never write the
-ledger file themselves, so no two hosts write it at once (SQLite's locking is not safe on a
-network file system: keep the file on the driver's local disk).
+and then charged to it by this process alone, in one transaction (all or nothing: a sweep paused
+or killed while charging leaves none of its plan). Runs never write the ledger file themselves,
+so no two hosts write it at once (SQLite's locking is not safe on a network file system: keep
+the file on the driver's local disk).
 """
 
 from __future__ import annotations
@@ -102,8 +103,8 @@ def reserve_sweep_budget(args: argparse.Namespace, configs: Sequence[Any],
         ledger = Ledger(epsilon=args.ledger_epsilon, delta=delta, accountant=accountant,
                         path=path)
     try:
-        for name, event in planned:
-            ledger.charge(event, label=name)
+        if planned:  # one transaction: a pause or a kill leaves all of the plan or none of it
+            ledger.charge_all([(event, name) for name, event in planned])
     finally:
         ledger.close()
     return len(planned)
