@@ -65,6 +65,7 @@ from dpkd_audit.ledger_identity import (
     canonical_json,
     parse_spec,
 )
+from dpkd_audit.ledger_witness import check_witness, write_witness
 
 __all__ = ["BUDGET_RTOL", "Charge", "Ledger", "SpentBudget"]
 
@@ -345,6 +346,7 @@ class Ledger:
             self._accountant = trial
             self._charges.extend(charges)
             self._last_digest = digest
+            self._witness()
             return charges
 
     def check(self, events: Sequence[_dp.DpEvent], *, label: str) -> Epsilon:
@@ -436,6 +438,7 @@ class Ledger:
         if not _store.preflight(path):
             if adopt:
                 raise LedgerAccessError(f"no ledger at {path} (it vanished while opening)")
+            check_witness(path, self._chain, exists=False)  # a keyed ledger here is never reset
             self._create_file(path)
         _store.check_header(path)
         if not self._read_only and not os.access(path.parent, os.W_OK | os.X_OK):
@@ -447,11 +450,21 @@ class Ledger:
             with _store.transaction(conn, path, write=not self._read_only,
                                     doing="opening the ledger"):
                 rows = self._load(conn, adopt=adopt)
+                check_witness(path, self._chain, exists=True, ledger_id=self._meta["ledger_id"],
+                              digests=[row.digest for row in rows])
             self._apply(rows)
         except BaseException:
             conn.close()
             raise
         self._conn = conn
+        if not self._read_only:
+            self._witness()
+
+    def _witness(self) -> None:
+        """Record this keyed ledger's state outside the file (:mod:`.ledger_witness`)."""
+        write_witness(self._path, self._chain,  # type: ignore[arg-type]
+                      ledger_id=self._meta["ledger_id"], count=len(self._charges),
+                      digest=self._last_digest)
 
     def _create_file(self, path: Path) -> None:
         meta = {

@@ -13,8 +13,9 @@ Everything a ledger file holds is covered by one chain:
 Without a key the digests are plain SHA-256: they detect accidental damage and naive edits
 (deleting or editing rows or metadata with the sqlite3 shell), but anyone who can write the file
 can recompute them. With a key (HMAC-SHA256, Bellare-Canetti-Krawczyk 1996; RFC 2104) a writer
-without the key cannot produce a valid chain or head. Neither protects against deleting the
-whole file or putting back an older copy of it.
+without the key cannot produce a valid chain or head. Neither, on its own, protects against
+deleting the whole file or putting back an older copy of it; for keyed ledgers the witness
+(:mod:`dpkd_audit.ledger_witness`) does, on the machine that used the ledger.
 
 The key comes from ``key=`` / ``key_file=``, or else from the environment: ``DPKD_LEDGER_KEY``
 (the key itself) or ``DPKD_LEDGER_KEY_FILE`` (a file holding it).
@@ -153,6 +154,10 @@ class Chain:
                pid: int) -> str:
         """Digest of one charge row, chained to ``prev``."""
         return self._f("charge", canonical_json([prev, seq, label, event, repr(created), pid]))
+
+    def witness(self, payload: str) -> str:
+        """The tag of a witness record (:mod:`dpkd_audit.ledger_witness`), under the key."""
+        return self._f("witness", payload)
 
     def head(self, count: int, digest: str, genesis: str) -> str:
         """Tag of the head: ``count`` charges ending in ``digest``, after ``genesis``."""

@@ -324,11 +324,23 @@ def test_unkeyed_chain_only_detects_naive_edits(tmp_path):
     assert Ledger.open(path).spent().charges == 4
 
 
-def test_an_older_copy_put_back_is_not_detected(tmp_path):
-    """The documented limit, with or without a key: rolling back the whole file."""
+def test_an_older_copy_put_back_is_detected_only_through_the_witness(tmp_path, monkeypatch):
+    """Rolling back the whole file: a keyed ledger's witness (on this machine) refuses it; the
+    documented limit remains without a key, or where the witness is not (another machine)."""
+    from dpkd_audit.errors import LedgerCorruptError
+
     path = _ledger(tmp_path / "l.sqlite", n=2, key=KEY)
     old = path.read_bytes()
     with Ledger.open(path, key=KEY) as ledger:
         ledger.charge(PureDpEvent(0.5), label="later")
     path.write_bytes(old)
+    with pytest.raises(LedgerCorruptError, match="fewer than the 3 witnessed"):
+        Ledger.open(path, key=KEY)
+    monkeypatch.setenv("DPKD_LEDGER_WITNESS_DIR", str(tmp_path / "another-machine"))
     assert Ledger.open(path, key=KEY).spent().charges == 2
+    plain = _ledger(tmp_path / "plain.sqlite", n=2, key=None)
+    old = plain.read_bytes()
+    with Ledger.open(plain) as ledger:
+        ledger.charge(PureDpEvent(0.5), label="later")
+    plain.write_bytes(old)
+    assert Ledger.open(plain).spent().charges == 2
