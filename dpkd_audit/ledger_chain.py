@@ -31,6 +31,7 @@ from pathlib import Path
 
 from dpkd_audit.errors import LedgerKeyError
 from dpkd_audit.ledger_identity import canonical_json
+from dpkd_audit.ledger_store import is_open_ledger
 
 __all__ = ["KEY_ENV", "KEY_FILE_ENV", "MIN_KEY_BYTES", "Chain", "resolve_key"]
 
@@ -98,7 +99,15 @@ def resolve_key(key: bytes | str | None = None,
 
 
 def _read_key_file(path: Path) -> bytes:
-    """The key file's bytes; refuses (without blocking) anything but a small regular file."""
+    """The key file's bytes; refuses (without blocking) anything but a small regular file.
+
+    A ledger this process has open is refused before it is opened (closing a descriptor of it
+    would drop the locks of a charge in flight: :func:`dpkd_audit.ledger_store.is_open_ledger`),
+    and any SQLite database after reading (a key file is never one).
+    """
+    if is_open_ledger(path):
+        raise LedgerKeyError(f"the ledger key file {path} is a ledger this process has open; "
+                             "give the file that holds the key")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         try:
@@ -110,6 +119,9 @@ def _read_key_file(path: Path) -> bytes:
             os.close(fd)
     except OSError as exc:
         raise LedgerKeyError(f"cannot read the ledger key file {path}: {exc}") from exc
+    if data.startswith(b"SQLite format 3\x00"):
+        raise LedgerKeyError(f"the ledger key file {path} is an SQLite database (the ledger "
+                             "itself?); give the file that holds the key")
     if len(data) > _MAX_KEY_FILE:
         raise LedgerKeyError(f"the ledger key file {path} is larger than {_MAX_KEY_FILE} bytes; "
                              "is it the right file?")

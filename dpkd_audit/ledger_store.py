@@ -53,6 +53,7 @@ __all__ = [
     "connect",
     "create",
     "file_id",
+    "is_open_ledger",
     "preflight",
     "read_head",
     "read_meta",
@@ -262,6 +263,21 @@ _HEADER_FDS: dict[tuple[int, int], int] = {}
 #: Descriptors of a file that was replaced between the stat and the open: never closed either.
 _SPARE_FDS: list[int] = []
 _HEADER_LOCK = threading.Lock()
+
+
+def is_open_ledger(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is (a link to) a ledger file this process has open (by device, inode).
+
+    Such a file must never be opened and closed outside SQLite's connection (see
+    :func:`_header_fd`): a key file or a witness that is the ledger itself is refused on this
+    test, before any descriptor of it exists.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    with _HEADER_LOCK:
+        return (st.st_dev, st.st_ino) in _HEADER_FDS
 
 
 def _header_fd(path: Path) -> int:

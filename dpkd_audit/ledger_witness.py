@@ -40,6 +40,7 @@ from typing import Any
 from dpkd_audit.errors import LedgerCorruptError, LedgerKeyError
 from dpkd_audit.ledger_chain import Chain
 from dpkd_audit.ledger_identity import canonical_json
+from dpkd_audit.ledger_store import is_open_ledger
 
 __all__ = ["WITNESS_DIR_ENV", "check_witness", "witness_dir", "witness_path", "write_witness"]
 
@@ -99,6 +100,9 @@ def write_witness(ledger: Path, chain: Chain, *, ledger_id: str, count: int,
 
 def _read(ledger: Path) -> tuple[Path, dict[str, Any] | None]:
     target = witness_path(ledger)
+    if is_open_ledger(target):  # never open and close a ledger's file (its locks would go)
+        raise LedgerKeyError(f"ledger {ledger}: its witness {target} is a ledger file; the "
+                             "witness folder was tampered with")
     try:
         with open(target, "rb") as fh:
             data = fh.read(_MAX_WITNESS + 1)

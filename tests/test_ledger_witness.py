@@ -155,3 +155,40 @@ def test_an_unwritable_witness_folder_warns_but_never_loses_the_charge(tmp_path,
     with pytest.warns(RuntimeWarning, match="could not write its witness"):
         ledger.charge(PureDpEvent(1.0), label="kept")
     assert Ledger.open(path, key=KEY, read_only=True).spent().charges == 1
+
+
+def test_a_key_file_or_witness_that_is_the_ledger_itself_is_refused_without_opening_it(
+        tmp_path, monkeypatch):
+    """Opening and closing the ledger file outside SQLite drops the process's locks (issue 33):
+    a key file that is an open ledger is refused on its device and inode, before any open; any
+    other SQLite file is refused after reading."""
+    import os
+
+    from dpkd_audit import ledger_store
+
+    path = tmp_path / "l.sqlite"
+    key_file = tmp_path / "key"
+    key_file.write_bytes(KEY)
+    ledger = Ledger(epsilon=10.0, path=path, key_file=key_file)
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open",
+                        lambda p, *a, **k: opened.append(str(p)) or real_open(p, *a, **k))
+    with pytest.raises(LedgerKeyError, match="a ledger this process has open"):
+        Ledger.open(path, key_file=path)
+    assert str(path) not in opened
+    link = tmp_path / "hard-link"
+    os.link(path, link)
+    with pytest.raises(LedgerKeyError, match="a ledger this process has open"):
+        Ledger.open(path, key_file=link)
+    monkeypatch.setattr(os, "open", real_open)
+    other = tmp_path / "other.sqlite"  # an SQLite file this process never opened as a ledger
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    assert not ledger_store.is_open_ledger(other)
+    with pytest.raises(LedgerKeyError, match="SQLite database"):
+        Ledger.open(path, key_file=other)
+    ledger.charge(PureDpEvent(1.0), label="still fine")
+    assert Ledger.open(path, key_file=key_file).spent().charges == 1
