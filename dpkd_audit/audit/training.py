@@ -13,7 +13,10 @@ bounds on epsilon with a stated confidence.
   (:func:`canary_inclusion`); after one run the auditor guesses "in" for the ``guesses_in``
   highest scores, "out" for the ``guesses_out`` lowest and abstains on the rest; the number of
   correct guesses is tested against the tail their Theorem 3.1 (pure DP) / Theorem 5.2
-  (approximate DP) allows for an (epsilon, delta)-DP algorithm (:func:`one_run_p_value`).
+  (approximate DP) allows for an (epsilon, delta)-DP algorithm (:func:`one_run_p_value`); the
+  same guesses are also analysed through the claim's Gaussian trade-off curve
+  (:mod:`~dpkd_audit.audit.one_run_fdp`, Mahloujifar-Melis-Chaudhuri 2025), tighter when most
+  guesses are right.
 
 What a bound means: a lower bound above the claimed epsilon refutes the claim at the stated
 confidence; a bound below the claim is *not* evidence of privacy (the attack may be weak).
@@ -40,6 +43,7 @@ from dpkd_audit.audit.auditor import (
     verdict_of,
 )
 from dpkd_audit.audit.bounds import epsilon_lower_bound
+from dpkd_audit.audit.one_run_fdp import one_run_fdp_epsilon
 from dpkd_audit.audit.outputs import KeyCoder, OutputKind, Outputs, prepare_outputs
 
 __all__ = [
@@ -279,6 +283,11 @@ class OneRunBound:
             ``1 - confidence`` means the claim is refuted.
         verdict: ``"violation"``, ``"consistent"`` or ``"inconclusive"`` (the rule of
             :class:`~dpkd_audit.audit.Verdict`).
+        epsilon_lower_fdp: The same guesses analysed through the Gaussian trade-off curve of
+            the claim (Mahloujifar-Melis-Chaudhuri 2025,
+            :func:`~dpkd_audit.audit.one_run_fdp.one_run_fdp_epsilon`): it refutes "at least as
+            private as the Gaussian mechanism meeting (epsilon, delta)", a stronger hypothesis
+            than (epsilon, delta)-DP. ``None`` when delta = 0.
     """
 
     epsilon_lower: float
@@ -291,6 +300,7 @@ class OneRunBound:
     correct: int
     p_value_at_claim: float
     verdict: str
+    epsilon_lower_fdp: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly record."""
@@ -356,6 +366,9 @@ def one_run_bound(scores: Any, included: Any, *, epsilon: float, delta: float = 
     verdict = verdict_of(lower, epsilon).value
     if math.isclose(lower, 0.0):
         lower = 0.0
+    fdp = None if delta == 0.0 else one_run_fdp_epsilon(m, r, v, delta=delta,
+                                                         confidence=confidence)
     return OneRunBound(epsilon_lower=lower, epsilon_claimed=epsilon, delta=delta,
                        confidence=confidence, canaries=m, included=int(np.count_nonzero(inc)),
-                       guesses=r, correct=v, p_value_at_claim=p_claim, verdict=verdict)
+                       guesses=r, correct=v, p_value_at_claim=p_claim, verdict=verdict,
+                       epsilon_lower_fdp=fdp)

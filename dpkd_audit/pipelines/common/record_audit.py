@@ -85,6 +85,9 @@ class RecordAudit:
             "epsilon_record_level": run.get("epsilon_record_level"),
             "delta": bound.delta,
             "epsilon_lower": bound.epsilon_lower,
+            # the same guesses through the claim's Gaussian trade-off curve (issue 34;
+            # Mahloujifar-Melis-Chaudhuri 2025): None when delta = 0
+            "epsilon_lower_fdp": bound.epsilon_lower_fdp,
             "confidence": bound.confidence,
             "verdict": bound.verdict,
             "neighbouring": ("add/remove-one: each mislabeled canary record is in the private "
