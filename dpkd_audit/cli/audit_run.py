@@ -194,7 +194,8 @@ def _audit_dp_sgd(args: argparse.Namespace, pipeline: Any, config: Any, guesses:
                           confidence=args.confidence, seed=config.seed, device=args.device,
                           progress=not args.quiet)
     out = _write_one_run(args, config, result.to_record(), result.scores, result.included,
-                         "canary score: initial minus final weight of the canary's coordinate")
+                         "canary score: log-likelihood ratio of the canary's coordinate over "
+                         "every step's update")
     bound = result.bound
     print(f"{args.pipeline} sound DP-SGD {role}: epsilon >= {bound.epsilon_lower:.4f} at "
           f"{bound.confidence:.0%} (claimed {result.epsilon_dp_sgd:.4g} for DP-SGD, delta "

@@ -18,15 +18,24 @@ its gradient goes through Opacus's clipping and noise like theirs, so the run's 
 guarantee (add/remove-one) covers it: no test-only branch, the pipeline's training loop adds
 its rows to the per-sample gradients before the optimizer step.
 
-The score of canary ``j`` is ``theta_0[j] - theta_T[j]`` (initial minus final weight): an
-inserted canary pushes its coordinate down by ``lr C / B`` at each step it is sampled (SGD,
-momentum included, is linear in the gradients), against the Gaussian noise and the data's own
-gradients on that coordinate.
+The score of canary ``j`` (issue 34) reads its coordinate after *every* step (DP-SGD's guarantee
+covers releasing every iterate): the step's noisy gradient sum on that coordinate, in units of
+C, is ``y_t = 1 + noise`` when the canary was sampled and ``noise`` otherwise, ``noise ~ N(0,
+sigma^2)`` (plus the data's own gradients there), recovered from the weights as ``y_t = -(B /
+(lr C)) (v_t - momentum v_{t-1})`` with ``v_t`` the step's update. The score is the
+log-likelihood ratio of "sampled with probability q at each step" against "never there",
+``sum_t log(1 - q + q exp((y_t - 1/2) / sigma^2))``: the Neyman-Pearson statistic of the
+subsampled Gaussian mechanism the accountant composes. The sum of the updates,
+``theta_0[j] - theta_T[j]`` (the score before issue 34, :meth:`GradientCanaryInjector.
+sum_scores`), averages the few sampled steps' spikes away with the noise of every other step:
+on the MNIST sound teacher it separated the inserted canaries by half a noise standard
+deviation, 70 of 100 guesses right.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -146,13 +155,28 @@ class GradientCanaryInjector:
         self._where = [(int(o), int(c - offsets[o])) for o, c in zip(owner, self.coordinates,
                                                                     strict=True)]
         self._rng = np.random.default_rng([canaries.seed, 0xCA4A, 4])
+        self._gather = []  # per parameter: (local indices, positions among the canaries)
+        for index, p in enumerate(self.params):
+            mine = [(r, local) for r, (owner, local) in enumerate(self._where) if owner == index]
+            if mine:
+                pos, local = zip(*mine, strict=True)
+                self._gather.append((index, torch.tensor(local, device=p.device),
+                                     np.array(pos)))
         self.initial = self.flat_values()
+        self.trajectory: list[np.ndarray] = [self.initial]
         self.samples = 0
 
     def flat_values(self) -> np.ndarray:
         """The canaries' coordinates of the current parameters (float64)."""
-        return np.array([float(self.params[o].detach().reshape(-1)[i])
-                         for o, i in self._where])
+        out = np.empty(len(self._where), dtype=np.float64)
+        for index, local, pos in self._gather:
+            values = self.params[index].detach().reshape(-1)[local]
+            out[pos] = values.to(torch.float64).cpu().numpy()
+        return out
+
+    def record_step(self) -> None:
+        """Keep the canaries' coordinates after an optimizer step (the white-box iterates)."""
+        self.trajectory.append(self.flat_values())
 
     def add_rows(self) -> int:
         """Poisson-sample the inserted canaries and append their rows; returns how many."""
@@ -173,6 +197,33 @@ class GradientCanaryInjector:
         self.samples += int(picked.size)
         return int(picked.size)
 
-    def scores(self) -> np.ndarray:
-        """``theta_0[j] - theta_T[j]`` per canary (higher: more likely inserted)."""
+    def sum_scores(self) -> np.ndarray:
+        """``theta_0[j] - theta_T[j]`` per canary: the sum of the updates (before issue 34)."""
         return self.initial - self.flat_values()
+
+    def scores(self, *, noise_multiplier: float, learning_rate: float, momentum: float,
+               batch_size: float) -> np.ndarray:
+        """Log-likelihood-ratio score per canary from the recorded iterates (module docstring).
+
+        Args:
+            noise_multiplier: sigma (the noise's standard deviation over C).
+            learning_rate: The SGD learning rate.
+            momentum: The SGD momentum.
+            batch_size: The batch size the optimizer divides the noisy sum by (Opacus's
+                ``expected_batch_size``).
+
+        Raises:
+            ValueError: If no step was recorded (:meth:`record_step`).
+        """
+        if len(self.trajectory) < 2:
+            raise ValueError("no step recorded: call record_step() after each optimizer step")
+        sigma = _validate.check_positive("noise_multiplier", noise_multiplier)
+        theta = np.stack(self.trajectory)  # (T + 1, m)
+        velocity = -np.diff(theta, axis=0) / learning_rate  # v_t = momentum v_{t-1} + g_t
+        grads = velocity.copy()
+        grads[1:] -= momentum * velocity[:-1]
+        y = grads * (batch_size / self.clip_norm)  # 1 + noise when sampled, noise otherwise
+        a = (y - 0.5) / (sigma * sigma)
+        per_step = np.logaddexp(math.log1p(-self.q), math.log(self.q) + a) if self.q < 1 \
+            else a
+        return per_step.sum(axis=0)

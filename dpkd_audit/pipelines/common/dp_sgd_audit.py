@@ -21,7 +21,7 @@ import torch
 
 from dpkd_audit import _validate
 from dpkd_audit.accountants.dp_sgd import DpSgdAccountant
-from dpkd_audit.audit.training import OneRunBound, one_run_bound
+from dpkd_audit.audit.training import OneRunBound, one_run_bound, one_run_guesses
 from dpkd_audit.data import Dataset
 from dpkd_audit.ledger import Ledger
 from dpkd_audit.pipelines.common.canaries import GradientCanaries
@@ -54,6 +54,9 @@ class DpSgdAudit:
         canary_rows: Canary gradient rows added over all steps.
         test_accuracy: The model's test accuracy (the canaries perturb it a little).
         seconds: Training seconds.
+        correct_with_sum_score: The right guesses the sum-of-updates score (initial minus
+            final weight, the score before issue 34) would have made with the same guess
+            counts: a comparison, not a second bound.
     """
 
     role: str
@@ -65,6 +68,7 @@ class DpSgdAudit:
     canary_rows: int
     test_accuracy: float
     seconds: float
+    correct_with_sum_score: int | None = None
 
     def to_record(self) -> dict[str, Any]:
         """The audit's fields of a pipeline-audit record (the caller adds the pipeline's)."""
@@ -94,7 +98,9 @@ class DpSgdAudit:
             "p_value_at_claim": bound.p_value_at_claim,
             "canary_rows": self.canary_rows,
             "runs_per_side": 1,
-            "attack": "white-box Dirac gradient canaries, score = initial - final weight",
+            "attack": ("white-box Dirac gradient canaries, score = log-likelihood ratio of "
+                       "each step's update of the canary's coordinate (subsampled Gaussian)"),
+            "correct_with_sum_score": self.correct_with_sum_score,
             "plan": {"noise_multiplier": self.plan.noise_multiplier,
                      "sampling_probability": self.plan.schedule.sampling_probability,
                      "steps": self.plan.steps, "dataset_size": self.plan.schedule.dataset_size},
@@ -145,7 +151,11 @@ def audit_dp_sgd(dataset: Dataset, *, role: str, teacher: TeacherConfig, dp_sgd:
     included = canaries.included
     bound = one_run_bound(result.canary_scores, included, epsilon=claim, delta=plan.delta,
                           guesses_in=guesses, guesses_out=guesses, confidence=confidence)
+    sum_guesses = one_run_guesses(result.canary_sum_scores, guesses_in=guesses,
+                                  guesses_out=guesses)
+    sum_correct = int(np.count_nonzero(sum_guesses == np.where(included, 1, -1)))
     return DpSgdAudit(role=role, plan=plan, epsilon_dp_sgd=claim, bound=bound,
+                      correct_with_sum_score=sum_correct,
                       scores=np.asarray(result.canary_scores), included=included,
                       canary_rows=result.canary_samples, test_accuracy=result.test_accuracy,
                       seconds=result.seconds + time.perf_counter() - start)

@@ -149,10 +149,12 @@ class DpTeacherResult:
         plan: The charged plan.
         seconds: Wall-clock seconds of training.
         model: The trained model (GroupNorm in place of BatchNorm), eval mode.
-        canary_scores: With gradient canaries, each canary's score (initial minus final
-            weight of its coordinate; :mod:`~dpkd_audit.pipelines.common.canaries`), else
-            ``None``.
+        canary_scores: With gradient canaries, each canary's score (the log-likelihood ratio
+            over every step's update of its coordinate;
+            :mod:`~dpkd_audit.pipelines.common.canaries`), else ``None``.
         canary_samples: How many canary gradient rows the run added (all steps).
+        canary_sum_scores: The sum of the updates (initial minus final weight), the score
+            before issue 34: kept for comparison, never used for the bound.
     """
 
     test_accuracy: float
@@ -163,6 +165,8 @@ class DpTeacherResult:
     canary_scores: np.ndarray | None = dataclasses.field(default=None, repr=False,
                                                          compare=False)
     canary_samples: int = 0
+    canary_sum_scores: np.ndarray | None = dataclasses.field(default=None, repr=False,
+                                                             compare=False)
 
 
 def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -270,11 +274,15 @@ def train_dp_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int
             if injector is not None:
                 injector.add_rows()
             optimizer.step()
+            if injector is not None:
+                injector.record_step()
             bar.update(1)
         accuracies.append(_accuracy(model, x_test, y_test))
         bar.set_postfix(acc=f"{accuracies[-1]:.4f}", refresh=False)
     bar.close()
-    scores = None if injector is None else injector.scores()
+    scores = None if injector is None else injector.scores(
+        noise_multiplier=plan.noise_multiplier, learning_rate=config.learning_rate,
+        momentum=config.momentum, batch_size=float(optimizer.expected_batch_size))
     if hasattr(model, "remove_hooks"):  # Opacus's per-sample-gradient hooks, no longer needed
         model.remove_hooks()
     inner = model._module if hasattr(model, "_module") else model
@@ -288,4 +296,6 @@ def train_dp_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int
     return DpTeacherResult(test_accuracy=accuracies[-1], test_accuracy_per_epoch=accuracies,
                            plan=plan, seconds=time.perf_counter() - start, model=inner,
                            canary_scores=scores,
-                           canary_samples=0 if injector is None else injector.samples)
+                           canary_samples=0 if injector is None else injector.samples,
+                           canary_sum_scores=None if injector is None
+                           else injector.sum_scores())
