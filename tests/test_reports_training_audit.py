@@ -27,13 +27,14 @@ def test_table_rows_carry_the_records_numbers():
     one_run = _record(pipeline="dgd", mode="sound", estimator="one-run",
                       stage="DP-SGD baseline", epsilon_claimed=9.3, delta=1e-5,
                       epsilon_lower=0.61, verdict="inconclusive", canaries=1000, correct=80,
-                      guesses=100, seconds={"train": 95.0})
+                      guesses=100, seconds={"train": 95.0}, epsilon_lower_fdp=0.93)
     table = pipeline_audit_markdown([_record(), one_run])
     rows = table.splitlines()
     assert rows[2] == ("| rknn | digits | central | release path (counts, labels, label accuracy)"
-                       " | 1 | 0 | 0.9517 | 0.952 | consistent | 20000 runs per side | 112 |")
+                       " | 1 | 0 | 0.9517 | 0.952 | - | consistent | 20000 runs per side | 112 |")
     assert rows[3] == ("| dgd | digits | sound | DP-SGD baseline | 9.3 | 1e-05 | 0.61 | 0.066 | "
-                       "inconclusive | one run, 1000 canaries (80 / 100 guesses right) | 95 |")
+                       "0.93 | inconclusive | one run, 1000 canaries (80 / 100 guesses right) | "
+                       "95 |")
     assert "at 95% confidence" in table and "not evidence of privacy" in table
 
 
