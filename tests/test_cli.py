@@ -119,6 +119,12 @@ def test_audit_flags_a_control_and_overrides_epsilon(capsys):
     assert record["epsilon_claimed"] == 0.5 and not record["violation"]
 
 
+#: Slow (about 20 s, mostly the attainable bounds of 27 audits): what it checks is covered by
+#: test_audit_all_audits_every_target_and_writes_table_and_plot below (the CLI's wiring: every
+#: target asked for, table, flaws, plot, exit status) and by
+#: tests/test_audit_suite.py::test_controls_flagged_and_correct_mechanisms_not[0] (every control
+#: flagged and no package mechanism, at these sample sizes or more).
+@pytest.mark.slow
 def test_audit_all_writes_table_and_plot(tmp_path, capsys):
     plot = tmp_path / "audit.png"
     assert main(["audit", "--all", "--samples", "100000", "--max-values", "2000000",
@@ -130,6 +136,39 @@ def test_audit_all_writes_table_and_plot(tmp_path, capsys):
     # every control (the textbook float samplers too), nothing else
     assert out.count("VIOLATION") == len(controls.CONTROLS) + len(TEXTBOOK_CONTROLS)
     assert "| SparseVector | 1 |" in out
+    assert "not jointly" in out  # the 95% holds per audit
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_audit_all_audits_every_target_and_writes_table_and_plot(tmp_path, capsys,
+                                                                 monkeypatch):
+    """`dpkd audit --all` end to end on four of its targets: two package mechanisms (one the
+    sparse vector), two controls. The CLI must ask for every target with the controls, flag
+    the controls (and only them), print their flaws and still exit 0."""
+    from dpkd_audit.audit import suite
+
+    every = suite.audit_targets
+    asked = []
+    kept = ("RandomizedResponse", "SparseVector", "WrongRandomizedResponse", "HalfNoiseLaplace")
+
+    def four(**kwargs):
+        asked.append(kwargs)
+        return [t for t in every(**kwargs) if t.name in kept]
+
+    monkeypatch.setattr(suite, "audit_targets", four)
+    plot = tmp_path / "audit.png"
+    assert main(["audit", "--all", "--samples", "100000", "--max-values", "2000000",
+                 "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    assert asked == [{"include_controls": True}]
+    controls = [t.name for t in every(include_controls=True) if t.control]
+    assert {"WrongRandomizedResponse", "HalfNoiseLaplace"} <= set(controls)
+    assert "SparseVector" not in controls and "RandomizedResponse" not in controls
+    assert out.count("VIOLATION") == 2  # the two controls, nothing else
+    for name in kept:
+        assert out.count(f"| {name} ") == 1, name
+    assert "| SparseVector | 1 |" in out
+    assert "- WrongRandomizedResponse: " in out and "- HalfNoiseLaplace: " in out
     assert "not jointly" in out  # the 95% holds per audit
     assert plot.read_bytes()[:4] == b"\x89PNG"
 

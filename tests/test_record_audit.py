@@ -61,8 +61,11 @@ def test_student_scores_are_the_log_ratio_of_the_two_labels():
 
 def test_cli_audit_run_published_dpdfd_through_the_student(tmp_path):
     out = tmp_path / "pub"
+    # a short run (the record's fields, not the bound's power, are checked here): 2 teacher
+    # epochs, 40 generator steps and 5 stages instead of the small preset's 10, 200 and 20
     code = main(["audit-run", "dpdfd", "--mode", "published", "--epsilon", "1", "--canaries",
-                 "100", "--out", str(out), "--quiet"])
+                 "100", "--teacher-epochs", "2", "--generator-steps", "40", "--stages", "5",
+                 "--out", str(out), "--quiet"])
     assert code in (0, 1)  # 1 would be an empirical refutation of the published claim
     record = json.loads((out / "audit.json").read_text())
     assert record["stage"] == "whole pipeline (released student)"
@@ -72,3 +75,4 @@ def test_cli_audit_run_published_dpdfd_through_the_student(tmp_path):
     assert record["canaries"] == 100 and record["guesses"] == 10
     assert sum(record["score_histogram"]["x"]) == record["included"]
     assert record["verdict"] == ("violation" if code == 1 else record["verdict"])
+    assert record["config"]["stages"] == 5

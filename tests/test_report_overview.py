@@ -183,6 +183,30 @@ def _shown(text: str) -> tuple[float, float]:
     return float(match.group(0).replace(",", "")), 0.51 * 10.0 ** (exponent - decimals)
 
 
+#: Budgets composed by _independent_budget, by accountant, relation, delta and the charges'
+#: events and counts (many committed records share them; their labels differ).
+_BUDGETS: dict[tuple, float] = {}
+
+
+def _independent_budget(record: dict, short: str) -> float:
+    """The record's epsilon under one accountant, composed here from its charges,
+    independently of plan_budget."""
+    name = {"pure": "PureAccountant", "advanced": "AdvancedCompositionAccountant",
+            "optimal": "OptimalCompositionAccountant", "RDP": "RDPAccountant",
+            "PLD": "PLDAccountant"}[short]
+    relation = METHOD_RELATIONS[record["method"]]
+    delta = float(record.get("delta") or 0.0)
+    charges = [(event, count) for event, count, _ in charges_of(record)
+               if type(event).__name__ != "NonPrivateDpEvent"]
+    key = (name, relation, delta, tuple((event_to_json(e), c) for e, c in charges))
+    if key not in _BUDGETS:
+        acc = getattr(accountants, name)(neighboring_relation=relation)
+        for event, count in charges:
+            acc.compose(event, count=count)
+        _BUDGETS[key] = float(acc.get_epsilon(delta))
+    return _BUDGETS[key]
+
+
 def _independent_value(records: list[dict], key: str, aggregate: str) -> float | None:
     if aggregate == "count":
         return float(len(records))
@@ -202,16 +226,7 @@ def _independent_value(records: list[dict], key: str, aggregate: str) -> float |
             values.append(float(s["total"] if "total" in s else sum(s.values()))
                           if isinstance(s, dict) else float(s))
         elif key.startswith("budget:"):
-            # composed here from the record's charges, independently of plan_budget
-            short = key.split(":", 1)[1]
-            name = {"pure": "PureAccountant", "advanced": "AdvancedCompositionAccountant",
-                    "optimal": "OptimalCompositionAccountant", "RDP": "RDPAccountant",
-                    "PLD": "PLDAccountant"}[short]
-            acc = getattr(accountants, name)(neighboring_relation=METHOD_RELATIONS[r["method"]])
-            for event, count, _ in charges_of(r):
-                if type(event).__name__ != "NonPrivateDpEvent":
-                    acc.compose(event, count=count)
-            values.append(float(acc.get_epsilon(float(r.get("delta") or 0.0))))
+            values.append(_independent_budget(r, key.split(":", 1)[1]))
         else:
             values.append(float(r[key]))
     if aggregate == "mean":
