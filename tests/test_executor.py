@@ -148,7 +148,8 @@ def test_ray_sweep_records_equal_the_local_ones(ray_local, tmp_path):
 
     from dpkd_audit.cli.main import main
 
-    base = ["sweep", "rknn", "--dataset", "digits", "--epsilons", "0.5,1", "--seeds", "0,1",
+    # two runs (each a fresh Ray worker process: imports and JIT compilation dominate)
+    base = ["sweep", "rknn", "--dataset", "digits", "--epsilons", "1", "--seeds", "0,1",
             "--quiet"]
     before = torch.get_num_threads()
     # the default state (torch at the OpenMP count); an earlier test may have changed it
@@ -163,15 +164,17 @@ def test_ray_sweep_records_equal_the_local_ones(ray_local, tmp_path):
         out = {}
         for line in (tmp_path / folder / "results.jsonl").read_text().splitlines():
             r = json.loads(line)
-            for volatile in ("seconds", "provenance", "command"):
-                r.pop(volatile)
+            # volatile: timings, provenance, and which stages a worker reused from an earlier
+            # run it happened to do (scheduling: the same results either way)
+            for volatile in ("seconds", "provenance", "command", "shared_stages"):
+                r.pop(volatile, None)
             out[(r["mode"], r["epsilon"], r["seed"])] = r
         return out
 
     local, remote = records("local"), records("ray")
-    assert len(local) == 4 and local == remote
+    assert len(local) == 2 and local == remote
     # --resume with the Ray executor adds only what is missing
     lines = (tmp_path / "ray" / "results.jsonl").read_text().splitlines()
-    (tmp_path / "ray" / "results.jsonl").write_text("\n".join(lines[:2]) + "\n")
+    (tmp_path / "ray" / "results.jsonl").write_text("\n".join(lines[:1]) + "\n")
     assert main([*base, "--executor", "ray", "--resume", "--out", str(tmp_path / "ray")]) == 0
     assert records("ray") == local

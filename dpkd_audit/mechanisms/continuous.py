@@ -163,6 +163,12 @@ class LaplaceGrid:
         """The noise parameter a = 1 / t (the pmf is proportional to exp(-a |k|))."""
         return float(1 / self.scale)
 
+    @property
+    def event(self) -> _dp.DpEvent:
+        """What one release is charged as: the discrete Laplace at the grid sensitivity."""
+        return _dp.DiscreteLaplaceDpEvent(noise_parameter=self.noise_parameter,
+                                          sensitivity=self.sensitivity)
+
     def sample(self, value: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` outputs g (round(value / g) + Lap_Z(t)), stacked on a new axis 0.
 
@@ -208,8 +214,46 @@ def laplace_grid(sensitivity: float, epsilon: float, coordinates: int, *,
     return LaplaceGrid(granularity=granularity, sensitivity=grid_sensitivity, scale=scale)
 
 
+class _OnGrid(Mechanism):
+    """What the float-safe mechanisms share: a grid per number of changed coordinates.
+
+    A subclass defines ``coordinates`` (``None``: every coordinate of the value released) and
+    ``grid(coordinates)``, whose result has ``granularity``, ``event`` and ``sample``.
+    """
+
+    coordinates: int | None
+
+    def grid(self, coordinates: int) -> LaplaceGrid | GaussianGrid:  # pragma: no cover
+        raise NotImplementedError
+
+    @property
+    def event(self) -> _dp.DpEvent:
+        return self.grid(self.coordinates or 1).event
+
+    def release_event(self, value: Any) -> _dp.DpEvent:
+        """The event a release of the (validated) ``value`` is charged as.
+
+        ``coordinates`` changed, or every coordinate of ``value`` when it is ``None``.
+        """
+        return self.grid(self._changed(value)).event
+
+    def _changed(self, value: Any) -> int:
+        return self.coordinates if self.coordinates is not None else max(1, int(np.size(value)))
+
+    def _check_value(self, value: Any) -> np.ndarray:
+        arr = as_real_array(value)
+        _check_on_grid(arr, self.grid(self._changed(arr)).granularity)
+        return arr
+
+    def _sample(self, value: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        return self.grid(self._changed(value)).sample(value, n, rng)
+
+    def neighbours(self) -> tuple[float, float]:
+        return (0.0, float(self.sensitivity.value))
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Laplace(Mechanism):
+class Laplace(_OnGrid):
     """The Laplace mechanism, float-safe: g (round(value / g) + Lap_Z(t)) on every coordinate.
 
     Dwork, McSherry, Nissim, Smith 2006; Dwork-Roth 2014, Theorem 3.6 (pure epsilon-DP for L1
@@ -262,35 +306,6 @@ class Laplace(Mechanism):
         grid = self.grid(self.coordinates or 1)
         return float(grid.scale) * grid.granularity
 
-    def _event_of(self, coordinates: int) -> _dp.DpEvent:
-        grid = self.grid(coordinates)
-        return _dp.DiscreteLaplaceDpEvent(noise_parameter=grid.noise_parameter,
-                                          sensitivity=grid.sensitivity)
-
-    @property
-    def event(self) -> _dp.DpEvent:
-        return self._event_of(self.coordinates or 1)
-
-    def release_event(self, value: Any) -> _dp.DpEvent:
-        """The event a release of the (validated) ``value`` is charged as.
-
-        ``coordinates`` changed, or every coordinate of ``value`` when it is ``None``.
-        """
-        return self._event_of(self._changed(value))
-
-    def _changed(self, value: Any) -> int:
-        return self.coordinates if self.coordinates is not None else max(1, int(np.size(value)))
-
-    def _check_value(self, value: Any) -> np.ndarray:
-        arr = as_real_array(value)
-        _check_on_grid(arr, self.grid(self._changed(arr)).granularity)
-        return arr
-
-    def _sample(self, value: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-        return self.grid(self._changed(value)).sample(value, n, rng)
-
-    def neighbours(self) -> tuple[float, float]:
-        return (0.0, float(self.sensitivity.value))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -440,7 +455,7 @@ def gaussian_grid(epsilon: float, delta: float, sensitivity: float, coordinates:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Gaussian(Mechanism):
+class Gaussian(_OnGrid):
     """The Gaussian mechanism, float-safe: g (round(value / g) + N_Z(0, sigma_g^2)) per coordinate.
 
     Balle and Wang, ICML 2018, Theorem 8 (the analytic Gaussian mechanism, whose sigma sets
@@ -496,30 +511,6 @@ class Gaussian(Mechanism):
         """The noise parameter sigma_g g (value units) of a release with ``coordinates`` (or 1)."""
         return self.grid(self.coordinates or 1).sigma
 
-    @property
-    def event(self) -> _dp.DpEvent:
-        return self.grid(self.coordinates or 1).event
-
-    def release_event(self, value: Any) -> _dp.DpEvent:
-        """The event a release of the (validated) ``value`` is charged as.
-
-        ``coordinates`` changed, or every coordinate of ``value`` when it is ``None``.
-        """
-        return self.grid(self._changed(value)).event
-
-    def _changed(self, value: Any) -> int:
-        return self.coordinates if self.coordinates is not None else max(1, int(np.size(value)))
-
-    def _check_value(self, value: Any) -> np.ndarray:
-        arr = as_real_array(value)
-        _check_on_grid(arr, self.grid(self._changed(arr)).granularity)
-        return arr
-
-    def _sample(self, value: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-        return self.grid(self._changed(value)).sample(value, n, rng)
-
-    def neighbours(self) -> tuple[float, float]:
-        return (0.0, float(self.sensitivity.value))
 
 
 def _check_on_grid(arr: np.ndarray, granularity: float) -> None:
