@@ -121,8 +121,7 @@ class LatentCodeLaplace(Mechanism):
     @property
     def event(self) -> _dp.DpEvent:
         # Pure (S / t)-DP, S / t <= eps: the discrete Laplace on the grid (module docstring).
-        return _dp.DiscreteLaplaceDpEvent(noise_parameter=self.grid.noise_parameter,
-                                          sensitivity=self.grid.sensitivity)
+        return self.grid.event
 
     def normalise(self, codes: Any) -> np.ndarray:
         """The codes clipped to [-clip, clip] coordinate-wise (validated like a release input)."""
