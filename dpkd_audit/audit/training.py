@@ -16,7 +16,9 @@ bounds on epsilon with a stated confidence.
   (approximate DP) allows for an (epsilon, delta)-DP algorithm (:func:`one_run_p_value`); the
   same guesses are also analysed through the claim's Gaussian trade-off curve
   (:mod:`~dpkd_audit.audit.one_run_fdp`, Mahloujifar-Melis-Chaudhuri 2025), tighter when most
-  guesses are right.
+  guesses are right; and the scores themselves, without thresholding, through Gaussian fits of
+  the inserted and left-out canaries' scores (:mod:`~dpkd_audit.audit.one_run_gaussian`,
+  Agrawal et al. 2026): an estimate under the Gaussian model, not a distribution-free bound.
 
 What a bound means: a lower bound above the claimed epsilon refutes the claim at the stated
 confidence; a bound below the claim is *not* evidence of privacy (the attack may be weak).
@@ -44,6 +46,7 @@ from dpkd_audit.audit.auditor import (
 )
 from dpkd_audit.audit.bounds import epsilon_lower_bound
 from dpkd_audit.audit.one_run_fdp import one_run_fdp_epsilon
+from dpkd_audit.audit.one_run_gaussian import MIN_PER_SIDE, OneRunGaussian, one_run_gaussian
 from dpkd_audit.audit.outputs import KeyCoder, OutputKind, Outputs, prepare_outputs
 
 __all__ = [
@@ -288,6 +291,12 @@ class OneRunBound:
             :func:`~dpkd_audit.audit.one_run_fdp.one_run_fdp_epsilon`): it refutes "at least as
             private as the Gaussian mechanism meeting (epsilon, delta)", a stronger hypothesis
             than (epsilon, delta)-DP. ``None`` when delta = 0.
+        gaussian: The scores (not the guesses) analysed by Gaussian fits of the inserted and
+            the left-out canaries (Agrawal et al. 2026,
+            :func:`~dpkd_audit.audit.one_run_gaussian.one_run_gaussian`): an *estimate* of
+            epsilon at delta at ``confidence`` under the assumption that each side's scores
+            are Gaussian, not a distribution-free bound. ``None`` when delta = 0 or a side
+            has fewer than two canaries.
     """
 
     epsilon_lower: float
@@ -301,10 +310,18 @@ class OneRunBound:
     p_value_at_claim: float
     verdict: str
     epsilon_lower_fdp: float | None = None
+    gaussian: OneRunGaussian | None = None
+
+    @property
+    def epsilon_lower_gaussian(self) -> float | None:
+        """The Gaussian estimate's epsilon at ``confidence`` (``None`` when not computed)."""
+        return None if self.gaussian is None else self.gaussian.epsilon_lower
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly record."""
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["gaussian"] = None if self.gaussian is None else self.gaussian.to_dict()
+        return out
 
 
 def _one_run_epsilon(m: int, r: int, v: int, delta: float, significance: float) -> float:
@@ -368,7 +385,10 @@ def one_run_bound(scores: Any, included: Any, *, epsilon: float, delta: float = 
         lower = 0.0
     fdp = None if delta == 0.0 else one_run_fdp_epsilon(m, r, v, delta=delta,
                                                          confidence=confidence)
+    n_in = int(np.count_nonzero(inc))
+    gaussian = (one_run_gaussian(scores, inc, delta=delta, confidence=confidence)
+                if delta > 0.0 and min(n_in, m - n_in) >= MIN_PER_SIDE else None)
     return OneRunBound(epsilon_lower=lower, epsilon_claimed=epsilon, delta=delta,
-                       confidence=confidence, canaries=m, included=int(np.count_nonzero(inc)),
+                       confidence=confidence, canaries=m, included=n_in,
                        guesses=r, correct=v, p_value_at_claim=p_claim, verdict=verdict,
-                       epsilon_lower_fdp=fdp)
+                       epsilon_lower_fdp=fdp, gaussian=gaussian)

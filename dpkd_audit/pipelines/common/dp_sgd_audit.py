@@ -84,6 +84,11 @@ class DpSgdAudit:
             # the same guesses through the claim's Gaussian trade-off curve (issue 34;
             # Mahloujifar-Melis-Chaudhuri 2025): None when delta = 0
             "epsilon_lower_fdp": bound.epsilon_lower_fdp,
+            # the scores, not the guesses, through Gaussian fits of the inserted and left-out
+            # canaries (Agrawal et al. 2026): an estimate under the Gaussian model, not a
+            # distribution-free bound; None when delta = 0
+            "epsilon_lower_gaussian": bound.epsilon_lower_gaussian,
+            "gaussian_fit": None if bound.gaussian is None else bound.gaussian.to_dict(),
             "confidence": bound.confidence,
             "verdict": bound.verdict,
             "neighbouring": ("add/remove-one: each Dirac gradient canary is a record added "
