@@ -27,6 +27,7 @@ confidence; a bound below the claim is *not* evidence of privacy (the attack may
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from typing import Any
 
@@ -52,9 +53,11 @@ from dpkd_audit.audit.outputs import KeyCoder, OutputKind, Outputs, prepare_outp
 __all__ = [
     "MIN_CANARIES",
     "MIN_RUNS",
+    "OneRunAnalysis",
     "OneRunBound",
     "canary_inclusion",
     "many_run_bound",
+    "one_run_analyses",
     "one_run_bound",
     "one_run_guesses",
     "one_run_p_value",
@@ -392,3 +395,99 @@ def one_run_bound(scores: Any, included: Any, *, epsilon: float, delta: float = 
                        confidence=confidence, canaries=m, included=n_in,
                        guesses=r, correct=v, p_value_at_claim=p_claim, verdict=verdict,
                        epsilon_lower_fdp=fdp, gaussian=gaussian)
+
+
+# --------------------------------------------------------------------------- analyses
+
+class OneRunAnalysis(enum.Enum):
+    """Which analyses of a one-run audit to report (``dpkd audit-run ... --analysis``)."""
+
+    #: Steinke-Nasr-Jagielski 2023: the guesses against (epsilon, delta)-DP itself, no further
+    #: assumption (the distribution-free bound).
+    STEINKE = "steinke"
+    #: Mahloujifar-Melis-Chaudhuri 2025: the same guesses against the Gaussian trade-off curve
+    #: that meets the claim (a stronger hypothesis than (epsilon, delta)-DP).
+    FDP = "fdp"
+    #: Agrawal et al. 2026: the scores, fitted as two Gaussians (an estimate under that model).
+    GAUSSIAN = "gaussian"
+    #: All three, side by side.
+    ALL = "all"
+
+    @classmethod
+    def parse(cls, text: str) -> OneRunAnalysis:
+        """The member named ``text``.
+
+        Raises:
+            ValueError: Naming ``analysis`` and the allowed values.
+        """
+        try:
+            return cls(text)
+        except ValueError:
+            allowed = ", ".join(m.value for m in cls)
+            raise ValueError(f"analysis must be one of {allowed}; got {text!r}") from None
+
+    def selected(self) -> tuple[OneRunAnalysis, ...]:
+        """The single analyses this choice reports, in the order they are shown."""
+        if self is OneRunAnalysis.ALL:
+            return (OneRunAnalysis.STEINKE, OneRunAnalysis.FDP, OneRunAnalysis.GAUSSIAN)
+        return (self,)
+
+    def deciding(self) -> OneRunAnalysis:
+        """The analysis whose verdict sets ``dpkd audit-run``'s exit status.
+
+        The one selected; with ALL, Steinke's: the only one that refutes (epsilon, delta)-DP
+        without a further assumption (f-DP tests a stronger hypothesis than the claim, the
+        Gaussian figure is an estimate under a model of the scores).
+        """
+        return OneRunAnalysis.STEINKE if self is OneRunAnalysis.ALL else self
+
+
+#: What each analysis tests, for records and the command line.
+_ANALYSIS_NOTES = {
+    OneRunAnalysis.STEINKE: ("lower bound: (epsilon, delta)-DP refuted at the confidence, no "
+                             "further assumption (Steinke-Nasr-Jagielski 2023)"),
+    OneRunAnalysis.FDP: ("lower bound: 'at least as private as the Gaussian mechanism meeting "
+                         "(epsilon, delta)' refuted at the confidence (Mahloujifar-Melis-"
+                         "Chaudhuri 2025); a stronger hypothesis than (epsilon, delta)-DP"),
+    OneRunAnalysis.GAUSSIAN: ("estimate: epsilon at delta of Gaussian fits of the inserted and "
+                              "left-out canaries' scores, at the confidence of the fits' "
+                              "union-bounded parameter bounds (Agrawal et al. 2026); valid "
+                              "only if the scores are Gaussian, not a distribution-free bound"),
+}
+
+
+def one_run_analyses(bound: OneRunBound,
+                     analysis: OneRunAnalysis = OneRunAnalysis.ALL) -> dict[str, Any]:
+    """The figures of the selected analyses of one one-run audit, side by side.
+
+    Args:
+        bound: The audit (:func:`one_run_bound`).
+        analysis: Which analyses (a :class:`OneRunAnalysis`).
+
+    Returns:
+        ``{"analysis": ..., "deciding": ..., "analyses": {name: {"epsilon_lower",
+        "verdict", "note", ...}}}``: per analysis its figure (``None`` where it does not apply:
+        f-DP and the Gaussian fit need delta > 0, the fit two canaries on each side) and its
+        verdict against the claim (:func:`~dpkd_audit.audit.auditor.verdict_of`; ``None`` with
+        the figure); the Gaussian entry adds the plug-in value.
+
+    Raises:
+        ValueError: If ``analysis`` is not a :class:`OneRunAnalysis`.
+    """
+    if not isinstance(analysis, OneRunAnalysis):
+        raise ValueError(f"analysis must be a OneRunAnalysis; got {analysis!r}")
+    figures = {OneRunAnalysis.STEINKE: bound.epsilon_lower,
+               OneRunAnalysis.FDP: bound.epsilon_lower_fdp,
+               OneRunAnalysis.GAUSSIAN: bound.epsilon_lower_gaussian}
+    out: dict[str, Any] = {}
+    for one in analysis.selected():
+        value = figures[one]
+        entry: dict[str, Any] = {
+            "epsilon_lower": value,
+            "verdict": None if value is None else verdict_of(value, bound.epsilon_claimed).value,
+            "note": _ANALYSIS_NOTES[one]}
+        if one is OneRunAnalysis.GAUSSIAN and bound.gaussian is not None:
+            entry["epsilon_estimate"] = bound.gaussian.epsilon_estimate  # the fit: bound.gaussian
+        out[one.value] = entry
+    return {"analysis": analysis.value, "deciding": analysis.deciding().value,
+            "analyses": out}

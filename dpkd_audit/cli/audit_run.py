@@ -4,7 +4,11 @@
 - ``dpdfd`` / ``dgd``: one run with canaries (Steinke-Nasr-Jagielski 2023): white-box gradient
   canaries in the sound mode's DP-SGD teacher / baseline, against the DP-SGD event's own
   epsilon; or mislabeled records through the whole run, scored on the released student, against
-  the run's claim (published: the paper's epsilon).
+  the run's claim (published: the paper's epsilon). ``--analysis steinke|fdp|gaussian|all``
+  (:class:`~dpkd_audit.audit.training.OneRunAnalysis`, default all): the guesses against
+  (epsilon, delta)-DP, the same guesses against the claim's Gaussian trade-off curve, the
+  scores fitted as two Gaussians (an estimate under that model), or the three side by side;
+  the exit status follows the selected one (Steinke's with all).
 
 Writes ``OUT/audit.json`` (the record: claim, bound, confidence, verdict, canary, runs, event,
 score histograms, seconds, config, command, provenance) and ``OUT/audit.png`` (score histograms
@@ -41,6 +45,43 @@ def _confidence(text: str) -> float:
     if not 0.0 < value < 1.0:
         raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
     return value
+
+
+def _analysis(text: str) -> Any:
+    """``--analysis``: a :class:`~dpkd_audit.audit.training.OneRunAnalysis` by its value."""
+    from dpkd_audit.audit.training import OneRunAnalysis
+
+    try:
+        return OneRunAnalysis.parse(text)
+    except ValueError as exc:
+        allowed = ", ".join(m.value for m in OneRunAnalysis)
+        raise argparse.ArgumentTypeError(f"must be one of {allowed}; got {text!r}") from exc
+
+
+def _analyses(args: argparse.Namespace, bound: Any, headline: str) -> tuple[dict[str, Any], int]:
+    """The selected analyses' record fields and lines side by side; the exit status.
+
+    Prints ``headline`` and one line per analysis; the exit status is 1 when the deciding
+    analysis (the one selected; Steinke's with ``all``) refutes the claim.
+    """
+    from dpkd_audit.audit.training import one_run_analyses
+
+    fields = one_run_analyses(bound, args.analysis)
+    lines = [headline]
+    for name, entry in fields["analyses"].items():
+        value = entry["epsilon_lower"]
+        if value is None:
+            lines.append(f"  {name:<9} n/a (needs delta > 0 and two canaries on each side)")
+            continue
+        relation = "~" if name == "gaussian" else ">="
+        extra = (f" (plug-in {entry['epsilon_estimate']:.4f}; an estimate under the Gaussian "
+                 f"model of the scores)" if name == "gaussian" else "")
+        lines.append(f"  {name:<9} epsilon {relation} {value:.4f} at {bound.confidence:.0%}: "
+                     f"{entry['verdict']}{extra}")
+    deciding = fields["analyses"][fields["deciding"]]["verdict"]
+    lines.append(f"  exit status from {fields['deciding']}")
+    print("\n".join(lines))
+    return fields, 1 if deciding == "violation" else 0
 
 
 #: Most runs per side `dpkd audit-run` accepts (50 x its default).
@@ -159,16 +200,17 @@ def _audit_record_level(args: argparse.Namespace, pipeline: Any, config: Any,
     result = audit_record_level(pipeline, config, data=data, canaries=canaries,
                                 guesses=guesses, confidence=args.confidence,
                                 device=args.device, progress=not args.quiet)
-    out = _write_one_run(args, config, result.to_record(), result.scores, result.included,
-                         "canary score: log p(wrong label) - log p(true label) of the student")
     bound = result.bound
-    print(f"{args.pipeline} {config.mode.value}, released student: epsilon >= "
-          f"{bound.epsilon_lower:.4f} at {bound.confidence:.0%} (claimed "
-          f"{bound.epsilon_claimed:.4g}, delta {bound.delta:g}); {bound.verdict}; "
-          f"{bound.correct} of {bound.guesses} guesses right, {bound.canaries} mislabeled "
-          f"canaries; student test accuracy {result.test_accuracy:.4f}\n"
-          f"wrote {out / 'audit.json'} and {out / 'audit.png'}")
-    return 1 if bound.verdict == "violation" else 0
+    fields, code = _analyses(
+        args, bound, f"{args.pipeline} {config.mode.value}, released student: claimed "
+        f"{bound.epsilon_claimed:.4g} at delta {bound.delta:g}; {bound.correct} of "
+        f"{bound.guesses} guesses right, {bound.canaries} mislabeled canaries; student test "
+        f"accuracy {result.test_accuracy:.4f}")
+    out = _write_one_run(args, config, {**result.to_record(), **fields}, result.scores,
+                         result.included,
+                         "canary score: log p(wrong label) - log p(true label) of the student")
+    print(f"wrote {out / 'audit.json'} and {out / 'audit.png'}")
+    return code
 
 
 def _audit_dp_sgd(args: argparse.Namespace, pipeline: Any, config: Any, guesses: int) -> int:
@@ -193,16 +235,17 @@ def _audit_dp_sgd(args: argparse.Namespace, pipeline: Any, config: Any, guesses:
                           ledger=ledger, canaries=canaries, guesses=guesses,
                           confidence=args.confidence, seed=config.seed, device=args.device,
                           progress=not args.quiet)
-    out = _write_one_run(args, config, result.to_record(), result.scores, result.included,
+    bound = result.bound
+    fields, code = _analyses(
+        args, bound, f"{args.pipeline} sound DP-SGD {role}: claimed {result.epsilon_dp_sgd:.4g} "
+        f"for DP-SGD at delta {bound.delta:g} (run target {config.epsilon:g}); {bound.correct} "
+        f"of {bound.guesses} guesses right, {bound.canaries} canaries")
+    out = _write_one_run(args, config, {**result.to_record(), **fields}, result.scores,
+                         result.included,
                          "canary score: log-likelihood ratio of the canary's coordinate over "
                          "every step's update")
-    bound = result.bound
-    print(f"{args.pipeline} sound DP-SGD {role}: epsilon >= {bound.epsilon_lower:.4f} at "
-          f"{bound.confidence:.0%} (claimed {result.epsilon_dp_sgd:.4g} for DP-SGD, delta "
-          f"{bound.delta:g}; run target {config.epsilon:g}); {bound.verdict}; {bound.correct} "
-          f"of {bound.guesses} guesses right, {bound.canaries} canaries\n"
-          f"wrote {out / 'audit.json'} and {out / 'audit.png'}")
-    return 1 if bound.verdict == "violation" else 0
+    print(f"wrote {out / 'audit.json'} and {out / 'audit.png'}")
+    return code
 
 
 def _add_one_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -224,6 +267,16 @@ def _add_one_run_arguments(p: argparse.ArgumentParser) -> None:
                         "--canaries)")
     p.add_argument("--confidence", type=_confidence, default=0.95,
                    help="confidence of the bound (default 0.95)")
+    from dpkd_audit.audit.training import OneRunAnalysis
+
+    p.add_argument("--analysis", type=_analysis, default=OneRunAnalysis.ALL.value,
+                   metavar="{" + ",".join(m.value for m in OneRunAnalysis) + "}",
+                   help="how the one run is analysed: steinke (the guesses against "
+                        "(epsilon, delta)-DP, distribution-free), fdp (the same guesses against "
+                        "the claim's Gaussian trade-off curve), gaussian (the scores fitted as "
+                        "two Gaussians: an estimate under that model) or all (default: the "
+                        "three side by side); the exit status follows the one selected, "
+                        "Steinke's with all")
     p.add_argument("--seed", type=int_at_least(0), default=0,
                    help="seed of the model and its mini-batches")
     p.add_argument("--audit-seed", type=int_at_least(0), default=0,
