@@ -47,6 +47,7 @@ from dpkd_audit.pipelines.common.dp_statistics import (
     FeatureStatistics,
     StatisticsConfig,
     release_feature_statistics,
+    statistics_coordinates,
     statistics_mechanism,
 )
 from dpkd_audit.pipelines.common.generator import GeneratorTrainer
@@ -92,7 +93,9 @@ def main() -> None:
         share = StatisticsConfig(epsilon_share=0.5, clip_norm=clip_norm)
         return release_feature_statistics(
             baseline, dataset.train_images, config=share,
-            mechanism=statistics_mechanism(share, target_epsilon=2 * epsilon, delta=1e-5),
+            mechanism=statistics_mechanism(
+                share, target_epsilon=2 * epsilon, delta=1e-5,
+                coordinates=statistics_coordinates(share, baseline, dataset.image_shape)),
             ledger=Ledger(epsilon=math.inf, unbounded=True), rng=np.random.default_rng(0),
             device=device)
 

@@ -94,7 +94,7 @@ def _compare_students() -> None:
     data = load_data(config)
     ledger = ledger_for(config)
     plan = check_run(config, ledger, num_private=data.dataset.n_train,
-                     num_classes=data.dataset.num_classes)
+                     num_classes=data.dataset.num_classes, image_shape=data.dataset.image_shape)
     prepared = prepare(config, data=data, device="cpu", ledger=ledger, plan=plan,
                        rng=label_rng(config))
     test = torch.from_numpy(np.array(data.dataset.test_images)).float().div(255).unsqueeze(1)

@@ -80,7 +80,7 @@ def digits_audit():
 def _digits_audit():
     config = DpdfdConfig.small(dataset="digits", mode="sound", epsilon=10.0)
     data = load_data(config).dataset
-    plan = planned_dp_sgd(config, data.train_images.shape[0])
+    plan = planned_dp_sgd(config, data.train_images.shape[0], image_shape=data.image_shape)
     ledger = ledger_for(config)
     canaries = GradientCanaries(count=1000, seed=0)
     result = audit_dp_sgd(data, role="teacher", teacher=config.dp_teacher,

@@ -89,7 +89,7 @@ def test_sound_epsilon_is_the_accountants_figure_for_the_dp_sgd_plan(sound) -> N
     teacher, stats = ledger.charges()  # the labels are post-processing: not on this ledger
     plan = result.dp_sgd
     assert teacher.event == plan.event and "DP-SGD" in teacher.label
-    mechanism = dpdfd.statistics_release(config)
+    mechanism = dpdfd.statistics_release(config, (8, 8))
     assert stats.event == mechanism.event and "statistics" in stats.label
     assert mechanism.epsilon == pytest.approx(0.1 * 3.0) and mechanism.delta == 1e-5
     assert float(mechanism.sensitivity.value) == pytest.approx(  # the clip weights ride along
@@ -103,8 +103,9 @@ def test_sound_epsilon_is_the_accountants_figure_for_the_dp_sgd_plan(sound) -> N
         epsilons[kind] = float(accountant.get_epsilon(1e-5))
     assert result.epsilon_record_level == pytest.approx(epsilons[DpSgdAccountant.RDP],
                                                         rel=1e-12)
-    assert result.epsilon_record_level_pld == pytest.approx(epsilons[DpSgdAccountant.PLD],
-                                                            rel=1e-9)
+    # the float-safe statistics release has no 1-D PLD: its declared pair uses the whole delta
+    assert epsilons[DpSgdAccountant.PLD] == math.inf
+    assert result.epsilon_record_level_pld is None
     assert epsilons[DpSgdAccountant.RDP] <= 3.0 * (1 + 1e-9)
     # calibrated: the smallest sigma meeting the target with the statistics release composed
     assert epsilons[DpSgdAccountant.RDP] >= 3.0 * (1 - 1e-3)
@@ -119,6 +120,9 @@ def test_sound_epsilon_is_the_accountants_figure_for_the_dp_sgd_plan(sound) -> N
     assert record["dp_sgd"]["noise_multiplier"] == plan.noise_multiplier
     assert record["statistics"]["epsilon"] == mechanism.epsilon
     assert record["statistics"]["layers"] == 5  # the VGG-like net's five convs
+    assert record["statistics"]["coordinates"] == mechanism.coordinates
+    assert record["statistics"]["sigma"] == mechanism.sigma
+    assert record["dp_sgd"]["epsilon_pld"] is None
     assert "bn_statistics" not in record["generator"]["loss_terms"]
     assert "dp_feature_statistics" in record["generator"]["loss_terms"]
     assert "statistics" in record["seconds"]

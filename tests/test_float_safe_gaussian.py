@@ -129,6 +129,29 @@ def test_vector_release_is_zcdp_at_the_rounded_l2_sensitivity(coords):
                                coordinates=1).release_event(value), DiscreteGaussianDpEvent)
 
 
+@pytest.mark.parametrize("eps", [0.01, 0.03, 0.1, 0.3, 1.0, 3.0])
+@pytest.mark.parametrize("delta", [1e-5, 1e-6, 1e-10])
+@pytest.mark.parametrize("coords", [2, 1601, 20_000])
+def test_vector_grid_is_refused_only_when_no_grid_fits_the_sampler(eps, delta, coords):
+    """A refusal means even the coarsest grid (one step = Delta) needs more than the sampler's
+    30,000 steps; otherwise the grid found keeps its claim (was: eps 0.3, delta 1e-6, d = 2,000
+    refused although a twice coarser grid fits, the zCDP noise being above the estimate)."""
+    sens = 16.49
+    rho = calibrate_zcdp_rho(eps, delta)
+    coarsest = (1.0 + math.sqrt(coords)) / math.sqrt(2 * rho)
+    try:
+        grid = Gaussian(epsilon=eps, delta=delta, sensitivity=sens, coordinates=coords).grid(coords)
+    except ValueError as exc:
+        assert "exact sampler" in str(exc)
+        assert coarsest > 30_000 * 0.999
+        return
+    event = grid.event
+    assert event.sigma <= 30_000
+    assert event.sensitivity >= sens / grid.granularity + math.sqrt(coords)
+    assert mp_zcdp_delta(eps, event.sensitivity ** 2 / (2 * float(grid.variance))) \
+        <= delta * (1 + 1e-9)
+
+
 def test_vector_event_refuses_a_sigma_that_misses_its_claim():
     rho = calibrate_zcdp_rho(1.0, 1e-5)
     sigma = 10.0 / math.sqrt(2 * rho)

@@ -387,20 +387,24 @@ def test_clip_weights_keep_the_scale_where_the_clip_binds_and_move_by_at_most_th
 
 
 def test_statistics_release_is_charged_before_it_exists_and_refused_without_budget():
-    from dp_accounting import dp_event as _dp
 
     from dpkd_audit.errors import BudgetExceededError
+    from dpkd_audit.events import DiscreteGaussianVectorDpEvent
     from dpkd_audit.ledger import Ledger
     from dpkd_audit.pipelines.common.dp_statistics import (
         StatisticsConfig,
         release_feature_statistics,
+        statistics_coordinates,
         statistics_mechanism,
     )
 
     teacher = _tiny_teacher()
     images = np.random.default_rng(1).integers(0, 256, size=(20, 8, 8), dtype=np.uint8)
     config = StatisticsConfig(clip_norm=2.0)
-    mechanism = statistics_mechanism(config, target_epsilon=5.0, delta=1e-5)
+    coordinates = statistics_coordinates(config, teacher, (8, 8))
+    assert coordinates == statistics_coordinates(config, TeacherConfig(width=4), (8, 8))
+    mechanism = statistics_mechanism(config, target_epsilon=5.0, delta=1e-5,
+                                     coordinates=coordinates)
     assert mechanism.epsilon == pytest.approx(0.5)
     ledger = Ledger(epsilon=0.4, delta=1e-5)   # cannot pay 0.5
     rng = np.random.default_rng(2)
@@ -413,15 +417,22 @@ def test_statistics_release_is_charged_before_it_exists_and_refused_without_budg
     ref = release_feature_statistics(teacher, images, config=config, mechanism=mechanism,
                                      ledger=ledger, rng=rng, device=torch.device("cpu"))
     (charge,) = ledger.charges()
-    assert charge.event == mechanism.event and isinstance(charge.event, _dp.GaussianDpEvent)
+    assert charge.event == mechanism.event  # float-safe: the discrete Gaussian's zCDP event
+    assert isinstance(charge.event, DiscreteGaussianVectorDpEvent)
     assert all(bool((v >= 0).all()) for v in ref.variances)
+    with pytest.raises(ValueError, match="calibrated for"):  # a release of another length
+        release_feature_statistics(teacher, images, config=config, ledger=ledger, rng=rng,
+                                   mechanism=statistics_mechanism(
+                                       config, target_epsilon=5.0, delta=1e-5,
+                                       coordinates=coordinates - 1),
+                                   device=torch.device("cpu"))
     with pytest.raises(ValueError, match="sensitivity"):
         release_feature_statistics(teacher, images, config=StatisticsConfig(clip_norm=3.0),
                                    mechanism=mechanism, ledger=ledger, rng=rng,
                                    device=torch.device("cpu"))
     with pytest.raises(ValueError, match="disabled"):
         statistics_mechanism(StatisticsConfig(epsilon_share=0.0), target_epsilon=1.0,
-                             delta=1e-5)
+                             delta=1e-5, coordinates=10)
 
 
 def test_feature_statistics_pair_the_batch_with_the_reference():

@@ -226,10 +226,10 @@ def _audit_dp_sgd(args: argparse.Namespace, pipeline: Any, config: Any, guesses:
     ledger = pipeline.ledger_for(config)
     n = int(data.train_images.shape[0])
     if args.pipeline == "dgd":
-        plan = pipeline.check_run(config, ledger, num_private=n,
-                                  num_classes=data.num_classes).dp_sgd
+        plan = pipeline.check_run(config, ledger, num_private=n, num_classes=data.num_classes,
+                                  image_shape=data.image_shape).dp_sgd
     else:
-        plan = pipeline.planned_dp_sgd(config, n)
+        plan = pipeline.planned_dp_sgd(config, n, image_shape=data.image_shape)
     _out_dir(args.out)
     result = audit_dp_sgd(data, role=role, teacher=model, dp_sgd=config.dp_sgd, plan=plan,
                           ledger=ledger, canaries=canaries, guesses=guesses,

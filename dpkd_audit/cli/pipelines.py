@@ -623,7 +623,7 @@ def run_single(args: argparse.Namespace, config: Any, *, pipeline: Any,
         # the given ledger (not only a fresh one) must be able to pay, before any work
         dataset = data[config.dataset].dataset
         pipeline.check_run(config, ledger, num_private=dataset.n_train,
-                           num_classes=dataset.num_classes)
+                           num_classes=dataset.num_classes, image_shape=dataset.image_shape)
     else:
         ledger = pipeline.ledger_for(config)
     out = _out_dir(args.out)

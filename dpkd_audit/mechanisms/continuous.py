@@ -440,9 +440,14 @@ def gaussian_grid(epsilon: float, delta: float, sensitivity: float, coordinates:
                              f"be calibrated: {exc}") from exc
         return GaussianGrid(granularity=granularity, sensitivity=float(grid_sensitivity),
                             variance=discrete.variance, event=discrete.event)
-    bound = math.nextafter(float(steps) + math.sqrt(coordinates), math.inf)
     rho = calibrate_zcdp_rho(epsilon, delta)
-    sigma_g = math.nextafter(bound / math.sqrt(2.0 * rho), math.inf)
+    while True:  # the zCDP noise can exceed the estimate above (a small rho): coarsen further
+        bound = math.nextafter(float(steps) + math.sqrt(coordinates), math.inf)
+        sigma_g = math.nextafter(bound / math.sqrt(2.0 * rho), math.inf)
+        if sigma_g <= samplers.MAX_DISCRETE_GAUSSIAN_SIGMA or steps <= 1:
+            break
+        granularity *= 2.0
+        steps = Fraction(sensitivity) / Fraction(granularity)
     if sigma_g > samplers.MAX_DISCRETE_GAUSSIAN_SIGMA:
         raise ValueError(f"{parameters}: the float-safe Gaussian needs {sigma_g:.4g} grid "
                          f"steps of noise, above the exact sampler's "

@@ -25,9 +25,16 @@ the term but matches **differentially private** statistics instead:
    already treats as public, Opacus's convention); when C is below the records' norms every
    released mean and variance shrinks by the mean clip factor (digits, C = 8, norms ~54: ~7x,
    the generator then fits dark images).
-4. S is released by the Gaussian mechanism (Balle-Wang ICML 2018, Thm 8; for now the textbook
-   sampler :class:`~dpkd_audit.mechanisms.TextbookGaussian`, see :func:`statistics_mechanism`)
-   with the ledger charged first. The means m and mean squares s give the
+4. S is released by the float-safe Gaussian mechanism (:class:`~dpkd_audit.mechanisms.Gaussian`:
+   S rounded to a power-of-two grid plus exact discrete Gaussian noise, Canonne-Kamath-Steinke
+   NeurIPS 2020, Thm 14 at L2 grid sensitivity sqrt(1 + r^2) C / g + sqrt(d), converted to
+   (epsilon, delta) by their Prop. 12; issue 32), with the ledger charged first. Every one of
+   the d coordinates changes with a record, so the event depends on d
+   (:func:`statistics_coordinates`, known before training from the architecture and the image
+   size, so the run's plan charges exactly what the release costs). Against the textbook
+   floating-point sampler (which every sound report used before; its low-order bits are not
+   private, Mironov CCS 2012) this costs 10-20% more noise at a release epsilon of 0.1-1 and
+   d ~ 2,000 (the zCDP conversion and the grid). The means m and mean squares s give the
    variances max(s - m^2, 0). Everything after the release is post-processing (the noisy W is
    clamped to [1, N] before dividing).
 
@@ -39,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
 from typing import Any
 
@@ -48,8 +56,9 @@ from torch import nn
 
 from dpkd_audit import _validate
 from dpkd_audit.ledger import Ledger
-from dpkd_audit.mechanisms import TextbookGaussian
+from dpkd_audit.mechanisms import Gaussian, TextbookGaussian
 from dpkd_audit.pipelines.common.config import parse_enum
+from dpkd_audit.pipelines.common.teacher import TeacherConfig, build_teacher
 
 __all__ = [
     "FeatureStatistics",
@@ -57,6 +66,7 @@ __all__ = [
     "StatisticsConfig",
     "StatisticsScale",
     "release_feature_statistics",
+    "statistics_coordinates",
     "statistics_layers",
     "statistics_mechanism",
     "statistics_record",
@@ -130,24 +140,65 @@ class StatisticsConfig:
         return float(self.clip_norm)
 
 
-def statistics_mechanism(config: StatisticsConfig, *, target_epsilon: float,
-                         delta: float) -> TextbookGaussian:
-    """The Gaussian mechanism of the release: (share x target, delta)-DP.
+def statistics_mechanism(config: StatisticsConfig, *, target_epsilon: float, delta: float,
+                         coordinates: int) -> Gaussian:
+    """The float-safe Gaussian mechanism of the release: (share x target, delta)-DP.
 
-    Its sensitivity is :attr:`StatisticsConfig.sensitivity`. Still the textbook floating-point
-    sampler (private as a real-valued design; its doubles are not: Mironov 2012) that every
-    committed sound report used: moving to the float-safe :class:`~dpkd_audit.mechanisms.
-    Gaussian` changes every draw, so it lands together with the reruns of those reports
-    (issue 32).
+    Args:
+        config: The release (its sensitivity is :attr:`StatisticsConfig.sensitivity`).
+        target_epsilon: The run's record-level target (> 0).
+        delta: The release's delta, in (0, 1).
+        coordinates: d, the released vector's length (:func:`statistics_coordinates`): one
+            record changes every coordinate, which the grid's rounding bound counts.
 
     Raises:
-        ValueError: If the release is disabled (``epsilon_share`` = 0) or a parameter is bad.
+        ValueError: If the release is disabled (``epsilon_share`` = 0) or a parameter is bad
+            (naming it), or the noise is beyond the exact sampler.
     """
     if not config.enabled:
         raise ValueError("statistics are disabled (epsilon_share = 0): there is no mechanism")
     target_epsilon = _validate.check_epsilon(target_epsilon, "target_epsilon")
-    return TextbookGaussian(epsilon=config.epsilon_share * target_epsilon, delta=delta,
-                            sensitivity=config.sensitivity)
+    coordinates = _validate.check_int("coordinates", coordinates, minimum=1)
+    return Gaussian(epsilon=config.epsilon_share * target_epsilon, delta=delta,
+                    sensitivity=config.sensitivity, coordinates=coordinates)
+
+
+def _conv_layout(model: nn.Module) -> tuple[int, ...]:
+    return tuple(int(m.in_channels) for m in statistics_layers(model))
+
+
+@functools.lru_cache(maxsize=64)
+def _teacher_layout(teacher: TeacherConfig, image_shape: tuple[int, int]) -> tuple[int, ...]:
+    model = build_teacher(teacher, image_shape, 2, generator=torch.Generator().manual_seed(0))
+    return _conv_layout(model)
+
+
+def statistics_coordinates(config: StatisticsConfig, teacher: TeacherConfig | nn.Module,
+                           image_shape: tuple[int, int]) -> int:
+    """d, the length of the released vector for a teacher on images of ``image_shape``.
+
+    Twice (means and mean squares) the first conv's input size (h w in_channels per pixel, or
+    in_channels) plus every later conv's in_channels, plus one clip-weight coordinate
+    (``CLIP_WEIGHTS``). Depends only on the architecture (Opacus's BatchNorm -> GroupNorm fix
+    keeps every Conv2d), so the run's plan knows it before the teacher is trained.
+
+    Args:
+        config: The release's layout.
+        teacher: The DP model's architecture (``TeacherConfig``) or the model itself.
+        image_shape: (h, w) of one (single-channel) image.
+
+    Raises:
+        ValueError: For a bad image shape or an architecture without ``Conv2d``.
+    """
+    shape = tuple(image_shape)
+    if len(shape) != 2 or not all(isinstance(v, int | np.integer) and v >= 1 for v in shape):
+        raise ValueError(f"image_shape must be two positive ints (h, w); got {image_shape!r}")
+    shape = (int(shape[0]), int(shape[1]))
+    layout = (_conv_layout(teacher) if isinstance(teacher, nn.Module)
+              else _teacher_layout(teacher, shape))
+    first = layout[0] * shape[0] * shape[1] if config.pixel_statistics else layout[0]
+    weighted = config.scale is StatisticsScale.CLIP_WEIGHTS
+    return 2 * (first + sum(layout[1:])) + (1 if weighted else 0)
 
 
 def statistics_layers(model: nn.Module) -> list[nn.Module]:
@@ -217,7 +268,7 @@ class ReferenceStatistics:
     means: tuple[torch.Tensor, ...]
     variances: tuple[torch.Tensor, ...]
     pixel_statistics: bool
-    mechanism: TextbookGaussian
+    mechanism: Gaussian
     clip_factor_mean: float | None = None
 
 
@@ -263,7 +314,8 @@ class FeatureStatistics:
 
 
 def release_feature_statistics(teacher: nn.Module, images: np.ndarray, *,
-                               config: StatisticsConfig, mechanism: TextbookGaussian,
+                               config: StatisticsConfig,
+                               mechanism: Gaussian | TextbookGaussian,
                                ledger: Ledger,
                                rng: np.random.Generator, device: torch.device,
                                label: str = "feature statistics") -> ReferenceStatistics:
@@ -274,7 +326,8 @@ def release_feature_statistics(teacher: nn.Module, images: np.ndarray, *,
         images: uint8 ``(n, h, w)`` private images.
         config: Clipping and layout.
         mechanism: From :func:`statistics_mechanism` (its sensitivity must be
-            ``config.sensitivity``).
+            ``config.sensitivity``, its ``coordinates`` the sum's length); a
+            ``TextbookGaussian`` only for comparisons (its doubles are not private).
         ledger: Charged (through ``mechanism.release``) before the noisy sum exists.
         rng: Source of the Gaussian noise.
         device: Where the forward passes run.
@@ -317,6 +370,10 @@ def release_feature_statistics(teacher: nn.Module, images: np.ndarray, *,
                 total = part if total.numel() == 0 else total + part
     finally:
         teacher.train(was_training)
+    if isinstance(mechanism, Gaussian) and mechanism.coordinates != total.numel():
+        raise ValueError(f"the mechanism was calibrated for {mechanism.coordinates} coordinates; "
+                         f"the teacher's statistics have {total.numel()} (statistics_coordinates "
+                         "of another architecture or image size)")
     noisy = np.asarray(mechanism.release(total.numpy(), rng=rng, ledger=ledger, label=label),
                        dtype=np.float64)
     factor_mean = None
@@ -342,7 +399,7 @@ def release_feature_statistics(teacher: nn.Module, images: np.ndarray, *,
                                clip_factor_mean=factor_mean)
 
 
-def statistics_record(config: StatisticsConfig, mechanism: TextbookGaussian | None,
+def statistics_record(config: StatisticsConfig, mechanism: Gaussian | None,
                       reference: ReferenceStatistics | None = None) -> dict[str, Any] | None:
     """The run record's ``statistics`` entry (``None`` without a release).
 
@@ -360,6 +417,9 @@ def statistics_record(config: StatisticsConfig, mechanism: TextbookGaussian | No
         "weight_share": config.weight_share,
         "sensitivity": float(mechanism.sensitivity.value), "sigma": mechanism.sigma,
         "noise_multiplier": mechanism.sigma / float(mechanism.sensitivity.value),
+        "coordinates": mechanism.coordinates,
+        "granularity": mechanism.grid(mechanism.coordinates or 1).granularity,
+        "sampler": "float-safe discrete Gaussian",
         "pixel_statistics": config.pixel_statistics}
     if reference is not None:
         record["layers"] = len(reference.means)

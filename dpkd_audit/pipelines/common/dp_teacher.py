@@ -39,7 +39,8 @@ from dpkd_audit.pipelines.common.devices import resolve_device
 from dpkd_audit.pipelines.common.progress import progress_counter
 from dpkd_audit.pipelines.common.teacher import TeacherConfig, build_teacher
 
-__all__ = ["DpSgdConfig", "DpSgdPlan", "DpTeacherResult", "plan_dp_sgd", "train_dp_teacher"]
+__all__ = ["DpSgdConfig", "DpSgdPlan", "DpTeacherResult", "finite_or_none", "plan_dp_sgd",
+           "train_dp_teacher"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -83,7 +84,10 @@ class DpSgdPlan:
         target_epsilon: The target record-level epsilon at ``delta``.
         delta: Target delta.
         epsilon_rdp: The plan's epsilon by RDP (<= target), ``also`` included.
-        epsilon_pld: The same by PLD (tighter; shown beside).
+        epsilon_pld: The same by PLD (tighter; shown beside); ``inf`` when an ``also`` event has
+            no PLD of its own and its declared (epsilon, delta) uses the whole ``delta`` (the
+            float-safe Gaussian's vector release, ``DiscreteGaussianVectorDpEvent``): records
+            then hold ``None`` (:func:`finite_or_none`).
         event: The DP-SGD event charged before training.
         also: The other events of the run the calibration left room for.
     """
@@ -98,6 +102,11 @@ class DpSgdPlan:
     epsilon_pld: float
     event: _dp.DpEvent = dataclasses.field(repr=False)
     also: tuple[_dp.DpEvent, ...] = dataclasses.field(default=(), repr=False)
+
+
+def finite_or_none(value: float) -> float | None:
+    """``value``, or ``None`` when it is not finite (a record's "no such figure")."""
+    return float(value) if math.isfinite(value) else None
 
 
 def plan_dp_sgd(config: DpSgdConfig, *, dataset_size: int, target_epsilon: float,

@@ -46,8 +46,10 @@ def planned_by_check(check_run: Callable[..., Any], config: Any, ledger: Ledger,
     """The events ``check_run(config, ...)`` plans for a run on ``dataset``.
 
     ``ledger`` is the run's own fresh ledger (its accountant and neighbouring relation are
-    used, nothing is charged to it); ``dataset`` gives ``n_train`` and ``num_classes``.
+    used, nothing is charged to it); ``dataset`` gives ``n_train``, ``num_classes`` and
+    ``image_shape``.
     """
     recorder = PlanRecorder(ledger.accountant)
-    check_run(config, recorder, num_private=dataset.n_train, num_classes=dataset.num_classes)
+    check_run(config, recorder, num_private=dataset.n_train, num_classes=dataset.num_classes,
+              image_shape=dataset.image_shape)
     return recorder.planned

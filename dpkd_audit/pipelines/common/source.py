@@ -17,7 +17,7 @@ from torch import nn
 
 from dpkd_audit.data import Dataset
 from dpkd_audit.ledger import Ledger
-from dpkd_audit.mechanisms import TextbookGaussian
+from dpkd_audit.mechanisms import Gaussian
 from dpkd_audit.pipelines.common.dp_statistics import (
     FeatureStatistics,
     StatisticsConfig,
@@ -46,7 +46,7 @@ def fit_source(dataset: Dataset, *, config: TeacherConfig, role: str, timer: Sta
 
 
 def fit_dp_source(dataset: Dataset, *, config: TeacherConfig, dp_sgd: DpSgdConfig,
-                  plan: DpSgdPlan, statistics: StatisticsConfig, mechanism: TextbookGaussian | None,
+                  plan: DpSgdPlan, statistics: StatisticsConfig, mechanism: Gaussian | None,
                   ledger: Ledger, rng: np.random.Generator, role: str, timer: StageTimer,
                   seed: int, device: torch.device, progress: bool
                   ) -> tuple[nn.Module, float, FeatureStatistics | None]:

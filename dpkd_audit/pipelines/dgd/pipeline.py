@@ -67,17 +67,19 @@ from dpkd_audit.accountants.rdp import RDPAccountant
 from dpkd_audit.errors import BudgetExceededError
 from dpkd_audit.events import event_to_json
 from dpkd_audit.ledger import Ledger
-from dpkd_audit.mechanisms import LaplaceNoisyMax, LatentCodeLaplace, TextbookGaussian
+from dpkd_audit.mechanisms import Gaussian, LaplaceNoisyMax, LatentCodeLaplace
 from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.dp_statistics import (
     FeatureStatistics,
     ReferenceStatistics,
+    statistics_coordinates,
     statistics_mechanism,
     statistics_record,
 )
 from dpkd_audit.pipelines.common.dp_teacher import (
     DpSgdAccountant,
     DpSgdPlan,
+    finite_or_none,
     plan_dp_sgd,
 )
 from dpkd_audit.pipelines.common.ensemble import (
@@ -178,12 +180,19 @@ def query_mechanism(config: DgdConfig, num_classes: int) -> LaplaceNoisyMax:
     return LaplaceNoisyMax.from_noise_scale(config.noise_scale, num_classes)
 
 
-def statistics_release(config: DgdConfig) -> TextbookGaussian | None:
-    """The sound mode's statistics mechanism (``None`` when disabled or in published mode)."""
+def statistics_release(config: DgdConfig, image_shape: tuple[int, int]) -> Gaussian | None:
+    """The sound mode's statistics mechanism (``None`` when disabled or in published mode).
+
+    Args:
+        config: The run's config.
+        image_shape: (h, w) of the private images: the release's length depends on it
+            (:func:`~dpkd_audit.pipelines.common.dp_statistics.statistics_coordinates`).
+    """
     if config.mode is not DgdMode.SOUND or not config.statistics.enabled:
         return None
-    return statistics_mechanism(config.statistics, target_epsilon=float(config.epsilon),
-                                delta=config.delta)
+    return statistics_mechanism(
+        config.statistics, target_epsilon=float(config.epsilon), delta=config.delta,
+        coordinates=statistics_coordinates(config.statistics, config.dp_baseline, image_shape))
 
 
 def _queries_event(config: DgdConfig, num_classes: int, queries: int) -> _dp.DpEvent:
@@ -232,9 +241,11 @@ class RunPlan:
     dp_sgd: DpSgdPlan | None
 
 
-def check_run(config: DgdConfig, ledger: Ledger, *, num_private: int,
-              num_classes: int) -> RunPlan:
+def check_run(config: DgdConfig, ledger: Ledger, *, num_private: int, num_classes: int,
+              image_shape: tuple[int, int]) -> RunPlan:
     """Check, before any work, the data size and that ``ledger`` can pay; resolve the plan.
+
+    ``image_shape`` (h, w) of the private images sets the statistics release's length.
 
     Raises:
         ValueError: Too few records for the teachers, a sound budget the queries alone
@@ -285,7 +296,7 @@ def check_run(config: DgdConfig, ledger: Ledger, *, num_private: int,
     if ledger.identity.neighboring_relation != NeighboringRelation.ADD_OR_REMOVE_ONE.name:
         raise ValueError("ledger must account under add/remove-one neighbours for DP-SGD "
                          "(Opacus's convention); use dgd.ledger_for(config)")
-    statistics = statistics_release(config)
+    statistics = statistics_release(config, image_shape)
     also = (() if statistics is None else (statistics.event,)) \
         + (_queries_event(config, num_classes, queries),)
     plan = plan_dp_sgd(config.dp_sgd, dataset_size=num_private, target_epsilon=target,
@@ -460,7 +471,8 @@ def prepare(config: DgdConfig, *, data: LoadedData, device: torch.device | str |
     if config.mode is DgdMode.SOUND:
         baseline, accuracy, statistics = fit_dp_source(
             dataset, config=config.dp_baseline, dp_sgd=config.dp_sgd, plan=plan.dp_sgd,
-            statistics=config.statistics, mechanism=statistics_release(config), ledger=ledger,
+            statistics=config.statistics,
+            mechanism=statistics_release(config, dataset.image_shape), ledger=ledger,
             rng=rng, role="baseline", timer=timer, seed=config.seed, device=device,
             progress=progress)
     else:
@@ -587,8 +599,8 @@ class DgdResult:
                           "steps": self.generator.steps},
             "vae_loss": self.vae_loss,
             "student_loss": self.student_loss,
-            "statistics": statistics_record(config.statistics, statistics_release(config),
-                                            self.statistics),
+            "statistics": None if self.statistics is None else statistics_record(
+                config.statistics, self.statistics.mechanism, self.statistics),
             "epsilon_latent": config.latent_epsilon,
             "latent_unit": None if config.latent_epsilon is None else LATENT_UNIT,
             "latent_charges": list(self.latent_charges),
@@ -599,7 +611,8 @@ class DgdResult:
                 "sampling_probability": plan.schedule.sampling_probability,
                 "dataset_size": plan.schedule.dataset_size,
                 "epsilon_rdp_with_queries": plan.epsilon_rdp,
-                "epsilon_pld_with_queries": plan.epsilon_pld, "delta": plan.delta},
+                "epsilon_pld_with_queries": finite_or_none(plan.epsilon_pld),
+                "delta": plan.delta},
             "seed": config.seed,
             "preset": config.preset.value,
             "device": self.device,
@@ -662,7 +675,8 @@ def run(config: DgdConfig, *, ledger: Ledger, rng: np.random.Generator,
         data = load_data(config, data_dir=data_dir, progress=progress)
     dataset = data.dataset
     num_classes = dataset.num_classes
-    plan = check_run(config, ledger, num_private=dataset.n_train, num_classes=num_classes)
+    plan = check_run(config, ledger, num_private=dataset.n_train, num_classes=num_classes,
+                     image_shape=dataset.image_shape)
     if prepared is not None:
         if config.mode is DgdMode.SOUND:
             raise ValueError("prepared applies to published runs only (a sound run's baseline "
@@ -734,7 +748,8 @@ def run(config: DgdConfig, *, ledger: Ledger, rng: np.random.Generator,
     else:
         epsilon = float(config.epsilon)
         record_level = float(ledger.spent().epsilon)
-        record_level_pld = prepared.dp_sgd.epsilon_pld if prepared.dp_sgd else None
+        record_level_pld = finite_or_none(prepared.dp_sgd.epsilon_pld) if prepared.dp_sgd \
+            else None
         reason = None
     seconds = {**prepared.seconds, **timer.seconds}
     seconds["total"] = sum(seconds.values())

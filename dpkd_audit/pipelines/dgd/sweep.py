@@ -100,7 +100,7 @@ def check_configs(configs: Sequence[DgdConfig], *, data_dir: str | os.PathLike |
         dataset = loaded[config.dataset].dataset
         try:
             check_run(config, ledger_for(config), num_private=dataset.n_train,
-                      num_classes=dataset.num_classes)
+                      num_classes=dataset.num_classes, image_shape=dataset.image_shape)
             check_shards(config, dataset.train_images)
         except ValueError as exc:
             raise ValueError(f"{exc} (sweep point mode={config.mode.value}, queries="

@@ -58,17 +58,18 @@ from dpkd_audit.accountants.rdp import RDPAccountant
 from dpkd_audit.errors import BudgetExceededError
 from dpkd_audit.events import event_to_json
 from dpkd_audit.ledger import Ledger
-from dpkd_audit.mechanisms import TextbookGaussian
+from dpkd_audit.mechanisms import Gaussian
 from dpkd_audit.mechanisms.selective_rr import SelectiveRandomizedResponse
 from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.distill import ReleaseChannel, StagedStudent
 from dpkd_audit.pipelines.common.dp_statistics import (
     FeatureStatistics,
     ReferenceStatistics,
+    statistics_coordinates,
     statistics_mechanism,
     statistics_record,
 )
-from dpkd_audit.pipelines.common.dp_teacher import DpSgdPlan, plan_dp_sgd
+from dpkd_audit.pipelines.common.dp_teacher import DpSgdPlan, finite_or_none, plan_dp_sgd
 from dpkd_audit.pipelines.common.generator import (
     GeneratorResult,
     GeneratorTrainer,
@@ -185,20 +186,28 @@ def ledger_for(config: DpdfdConfig, *, path: str | os.PathLike | None = None) ->
                   path=path)
 
 
-def statistics_release(config: DpdfdConfig) -> TextbookGaussian | None:
-    """The sound mode's statistics mechanism (``None`` when disabled or in published mode)."""
+def statistics_release(config: DpdfdConfig, image_shape: tuple[int, int]) -> Gaussian | None:
+    """The sound mode's statistics mechanism (``None`` when disabled or in published mode).
+
+    Args:
+        config: The run's config.
+        image_shape: (h, w) of the private images: the release's length depends on it
+            (:func:`~dpkd_audit.pipelines.common.dp_statistics.statistics_coordinates`).
+    """
     if config.mode is not DpdfdMode.SOUND or not config.statistics.enabled:
         return None
-    return statistics_mechanism(config.statistics, target_epsilon=config.epsilon,
-                                delta=config.dp_sgd.delta)
+    return statistics_mechanism(
+        config.statistics, target_epsilon=config.epsilon, delta=config.dp_sgd.delta,
+        coordinates=statistics_coordinates(config.statistics, config.dp_teacher, image_shape))
 
 
-def planned_dp_sgd(config: DpdfdConfig, num_private: int) -> DpSgdPlan:
-    """The sound mode's DP-SGD plan for ``num_private`` records.
+def planned_dp_sgd(config: DpdfdConfig, num_private: int, *,
+                   image_shape: tuple[int, int]) -> DpSgdPlan:
+    """The sound mode's DP-SGD plan for ``num_private`` records of ``image_shape`` (h, w).
 
     Calibrated so that DP-SGD and the statistics release compose to the target (RDP).
     """
-    mechanism = statistics_release(config)
+    mechanism = statistics_release(config, image_shape)
     also = () if mechanism is None else (mechanism.event,)
     return plan_dp_sgd(config.dp_sgd, dataset_size=num_private, target_epsilon=config.epsilon,
                        also=also)
@@ -210,9 +219,11 @@ def _label_event(config: DpdfdConfig, num_classes: int, count: int) -> _dp.DpEve
     return _dp.SelfComposedDpEvent(mechanism.event, count)
 
 
-def check_run(config: DpdfdConfig, ledger: Ledger, *, num_private: int,
-              num_classes: int) -> DpSgdPlan | None:
+def check_run(config: DpdfdConfig, ledger: Ledger, *, num_private: int, num_classes: int,
+              image_shape: tuple[int, int]) -> DpSgdPlan | None:
     """Check, before any work, that ``ledger`` can pay for the run; the sound mode's plan.
+
+    ``image_shape`` (h, w) of the private images sets the statistics release's length.
 
     Raises:
         BudgetExceededError: A finite ledger for a published run (saying why), or a budget the
@@ -232,7 +243,7 @@ def check_run(config: DpdfdConfig, ledger: Ledger, *, num_private: int,
                 "a finite one. Nothing was run or charged")
         ledger.check([_dp.NonPrivateDpEvent(), labels], label="published DP-DFD")
         return None
-    plan = planned_dp_sgd(config, num_private)
+    plan = planned_dp_sgd(config, num_private, image_shape=image_shape)
     if ledger.identity.neighboring_relation != NeighboringRelation.ADD_OR_REMOVE_ONE.name:
         raise ValueError("ledger must account under add/remove-one neighbours for DP-SGD "
                          "(Opacus's convention); use dpdfd.ledger_for(config)")
@@ -264,7 +275,8 @@ def prepare(config: DpdfdConfig, *, data: LoadedData, device: torch.device | str
                              "statistics are charged before they exist)")
         teacher, accuracy, statistics = fit_dp_source(
             dataset, config=config.dp_teacher, dp_sgd=config.dp_sgd, plan=plan,
-            statistics=config.statistics, mechanism=statistics_release(config), ledger=ledger,
+            statistics=config.statistics,
+            mechanism=statistics_release(config, dataset.image_shape), ledger=ledger,
             rng=rng, role="teacher", timer=timer, seed=config.seed, device=device,
             progress=progress)
     else:
@@ -346,7 +358,7 @@ class DpdfdResult:
                 "epochs": plan.epochs, "batch_size": plan.schedule.batch_size,
                 "sampling_probability": plan.schedule.sampling_probability,
                 "dataset_size": plan.schedule.dataset_size, "epsilon_rdp": plan.epsilon_rdp,
-                "epsilon_pld": plan.epsilon_pld, "delta": plan.delta},
+                "epsilon_pld": finite_or_none(plan.epsilon_pld), "delta": plan.delta},
             "statistics": None if self.statistics is None else statistics_record(
                 config.statistics, self.statistics.mechanism, self.statistics),
             "seed": config.seed,
@@ -402,7 +414,8 @@ def run(config: DpdfdConfig, *, ledger: Ledger, rng: np.random.Generator,
         data = load_data(config, data_dir=data_dir, progress=progress)
     dataset = data.dataset
     num_classes = dataset.num_classes
-    plan = check_run(config, ledger, num_private=dataset.n_train, num_classes=num_classes)
+    plan = check_run(config, ledger, num_private=dataset.n_train, num_classes=num_classes,
+                     image_shape=dataset.image_shape)
     if prepared is not None:
         if config.mode is DpdfdMode.SOUND:
             raise ValueError("prepared applies to published runs only (a sound run's teacher "
@@ -463,7 +476,8 @@ def run(config: DpdfdConfig, *, ledger: Ledger, rng: np.random.Generator,
         record_level, record_level_pld, reason = math.inf, None, NOT_PRIVATE_REASON
     else:
         record_level = float(ledger.spent().epsilon)
-        record_level_pld = prepared.dp_sgd.epsilon_pld if prepared.dp_sgd else None
+        record_level_pld = finite_or_none(prepared.dp_sgd.epsilon_pld) if prepared.dp_sgd \
+            else None
         reason = None
     seconds = {**prepared.seconds, **timer.seconds}
     seconds["total"] = sum(seconds.values())

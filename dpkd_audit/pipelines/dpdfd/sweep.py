@@ -86,7 +86,7 @@ def check_configs(configs: Sequence[DpdfdConfig], *,
         dataset = loaded[key].dataset
         try:
             check_run(config, ledger_for(config), num_private=dataset.n_train,
-                      num_classes=dataset.num_classes)
+                      num_classes=dataset.num_classes, image_shape=dataset.image_shape)
         except ValueError as exc:
             raise ValueError(f"{exc} (sweep point mode={config.mode.value}, epsilon="
                              f"{config.epsilon!r}, seed={config.seed})") from exc
