@@ -7,6 +7,13 @@
 #
 #   bash benchmarks/gpu/sound.sh --out DIR --data-dir .gpudata --archive "$OUT/sound.tar.gz"
 #
+# On the device machine, first `rm -rf .git && cp -r .gitcopy .git` (a copy of the repository's
+# .git, carried as `.gitcopy`: the device tool does not carry .git, and the device's own checkout
+# metadata is the session's starting commit, so records would name that commit, dirty:
+# reports/gpu/h100-2026-11-27c). Carry [".whl-sound", ".gpudata", ".gitcopy"]; .whl-sound holds
+# the dp-accounting and opacus wheels of benchmarks/gpu/prepare.sh, .gpudata mnist/ and
+# fashion-mnist/ (the idx .gz files): ~60 MB with the tree, under the 64 MiB a call carries.
+#
 # CPU dry run of the same commands on the embedded digits, a few steps each (~1-2 minutes):
 #
 #   bash benchmarks/gpu/sound.sh --tiny --out /tmp/sound-tiny
