@@ -98,6 +98,14 @@ def _write_records(base: Path) -> None:
         "epsilon_lower": 0.0, "verdict": "inconclusive", "canaries": 1000, "confidence": 0.95,
         "command": "dpkd audit-run dgd", "seconds": {"run": 745.0},
         "provenance": _provenance(5)}))
+    (base / "audits" / "y").mkdir(parents=True)
+    (base / "audits" / "y" / "audit.json").write_text(json.dumps({
+        "kind": "pipeline-audit", "pipeline": "dpdfd", "dataset": "mnist", "mode": "sound",
+        "estimator": "one-run", "stage": "DP-SGD teacher", "epsilon_claimed": 8.6167,
+        "epsilon_lower": 0.8491, "epsilon_lower_fdp": 1.2372, "epsilon_lower_gaussian": 1.6571,
+        "verdict": "inconclusive", "canaries": 1000, "confidence": 0.95,
+        "command": "dpkd audit-run dpdfd", "seconds": {"train": 130.0},
+        "provenance": _provenance(6)}))
 
 
 class _Page(HTMLParser):
@@ -334,6 +342,15 @@ def test_infinite_record_level_runs_are_drawn_not_dropped(built):
     fig.clf()
 
 
+def test_pipeline_audits_show_the_one_run_analyses_side_by_side(built):
+    _base, out, _ = built
+    md = (out / "report.md").read_text()
+    assert ("| lower bound | f-DP bound | Gaussian estimate | verdict | size |" in md)
+    assert "| 0.8491 | 1.237 | 1.657 | inconclusive | 1,000 canaries |" in md
+    assert "| 0 | - | - | inconclusive | 1,000 canaries |" in md
+    assert "an estimate under that model, not a bound" in md
+
+
 def test_seeds_are_one_point_with_their_spread(built):
     _base, out, _ = built
     md = (out / "report.md").read_text()
@@ -347,7 +364,7 @@ def test_collect_sorts_kinds_and_refuses_bad_input(tmp_path, built):
     kinds = [r.kind for r in records]
     assert kinds.count(RecordKind.RESULT) == 6
     assert kinds.count(RecordKind.MECHANISM_AUDIT) == 2
-    assert kinds.count(RecordKind.PIPELINE_AUDIT) == 1
+    assert kinds.count(RecordKind.PIPELINE_AUDIT) == 2
     assert {r.ref for r in records if r.source == "dgd/results.jsonl"} == {
         "dgd/results.jsonl:1", "dgd/results.jsonl:3"}
     with pytest.raises(ValueError, match="does not exist"):

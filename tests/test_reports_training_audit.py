@@ -27,15 +27,19 @@ def test_table_rows_carry_the_records_numbers():
     one_run = _record(pipeline="dgd", mode="sound", estimator="one-run",
                       stage="DP-SGD baseline", epsilon_claimed=9.3, delta=1e-5,
                       epsilon_lower=0.61, verdict="inconclusive", canaries=1000, correct=80,
-                      guesses=100, seconds={"train": 95.0}, epsilon_lower_fdp=0.93)
+                      guesses=100, seconds={"train": 95.0}, epsilon_lower_fdp=0.93,
+                      epsilon_lower_gaussian=1.2345)
     table = pipeline_audit_markdown([_record(), one_run])
     rows = table.splitlines()
+    assert "| f-DP bound | Gaussian estimate |" in rows[0]
     assert rows[2] == ("| rknn | digits | central | release path (counts, labels, label accuracy)"
-                       " | 1 | 0 | 0.9517 | 0.952 | - | consistent | 20000 runs per side | 112 |")
+                       " | 1 | 0 | 0.9517 | 0.952 | - | - | consistent | 20000 runs per side | "
+                       "112 |")
     assert rows[3] == ("| dgd | digits | sound | DP-SGD baseline | 9.3 | 1e-05 | 0.61 | 0.066 | "
-                       "0.93 | inconclusive | one run, 1000 canaries (80 / 100 guesses right) | "
-                       "95 |")
+                       "0.93 | 1.234 | inconclusive | one run, 1000 canaries (80 / 100 guesses "
+                       "right) | 95 |")
     assert "at 95% confidence" in table and "not evidence of privacy" in table
+    assert "an estimate under that model, not a distribution-free bound" in table
 
 
 def test_score_histogram_counts_every_score():
@@ -53,3 +57,6 @@ def test_plot_is_written(tmp_path):
     assert path.stat().st_size > 5_000
     one_run = _record(estimator="one-run", canaries=100, correct=8, guesses=10)
     assert plot_pipeline_audit(one_run, tmp_path / "b.png").exists()
+    three = _record(estimator="one-run", canaries=100, correct=8, guesses=10,
+                    epsilon_lower_fdp=1.4, epsilon_lower_gaussian=1.6)
+    assert plot_pipeline_audit(three, tmp_path / "c.png").stat().st_size > 5_000

@@ -88,6 +88,13 @@ def plot_audit(records: Sequence[dict[str, Any]], path: str | Path, *,
     return path
 
 
+#: Optional one-run figures drawn beside the (Steinke) lower bound: marker, colour, legend.
+_ONE_RUN_EXTRAS = {
+    "epsilon_lower_fdp": ("D", "tab:orange", "f-DP one-run bound (Gaussian trade-off)"),
+    "epsilon_lower_gaussian": ("*", "tab:olive", "Gaussian one-run estimate (not a bound)"),
+}
+
+
 def audit_figure(records: Sequence[dict[str, Any]], *,
                  title: str = "Claimed vs empirical epsilon") -> Any:
     """Claimed epsilon against the audited lower bound (a matplotlib figure, log-scale epsilon).
@@ -95,7 +102,9 @@ def audit_figure(records: Sequence[dict[str, Any]], *,
     Package mechanisms come first, then the positive controls (a separating line between the
     groups); per column: the claim (black bar), the lower bound (filled dot: blue no violation,
     red violation; hollow grey: inconclusive, a bound of 0 drawn at the bottom edge), the
-    point estimate (a line up from the bound) and, for controls, the true epsilon (cross).
+    point estimate (a line up from the bound), for controls the true epsilon (cross) and, for
+    one-run audits that have them, the f-DP bound (``epsilon_lower_fdp``, orange diamond) and
+    the Gaussian estimate (``epsilon_lower_gaussian``, olive star) just right of the bound.
     """
     import matplotlib
 
@@ -112,9 +121,10 @@ def audit_figure(records: Sequence[dict[str, Any]], *,
     lower = [float(r["epsilon_lower"]) for r in ordered]
     positive = [v for v in lower + claimed if math.isfinite(v) and v > 0]
     for r in ordered:
-        true_eps = r.get("true_epsilon")
-        if true_eps is not None and math.isfinite(float(true_eps)) and float(true_eps) > 0:
-            positive.append(float(true_eps))
+        for key in ("true_epsilon", *_ONE_RUN_EXTRAS):
+            value = r.get(key)
+            if value is not None and math.isfinite(float(value)) and float(value) > 0:
+                positive.append(float(value))
     bottom, top = min(positive) / 3.0, max(positive) * 3.0
     fig, ax = plt.subplots(figsize=(max(7.0, 0.5 * len(ordered) + 3), 5.2))
     ax.set_yscale("log")
@@ -143,6 +153,13 @@ def audit_figure(records: Sequence[dict[str, Any]], *,
         if true_eps is not None and math.isfinite(float(true_eps)):
             ax.scatter([i], [float(true_eps)], marker="x", color="tab:purple", zorder=3,
                        label="true epsilon (controls)")
+        for offset, key in zip((0.18, 0.36), _ONE_RUN_EXTRAS, strict=True):
+            value = r.get(key)
+            if value is None or not math.isfinite(float(value)):
+                continue
+            marker, color, label = _ONE_RUN_EXTRAS[key]
+            ax.scatter([i + offset], [max(float(value), bottom * 1.05)], marker=marker,
+                       color=color, s=34, zorder=4, label=label)
     controls = sum(1 for r in ordered if r.get("control"))
     if 0 < controls < len(ordered):
         split = len(ordered) - controls - 0.5
@@ -157,6 +174,6 @@ def audit_figure(records: Sequence[dict[str, Any]], *,
     ax.grid(axis="y", alpha=0.3, which="both")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))
-    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="lower left")
+    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="best", framealpha=0.8)
     fig.tight_layout()
     return fig

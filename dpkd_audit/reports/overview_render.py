@@ -162,7 +162,9 @@ def _pipeline_audit_points(records: Sequence[SourcedRecord]) -> list[dict[str, A
     return [{"mechanism": f"{r.record['pipeline']} {r.record['dataset']} {r.record['mode']}"
                           f" ({r.record.get('estimator', '')})",
              "epsilon_claimed": r.record["epsilon_claimed"],
-             "epsilon_lower": r.record["epsilon_lower"], "verdict": r.record["verdict"]}
+             "epsilon_lower": r.record["epsilon_lower"], "verdict": r.record["verdict"],
+             **{key: r.record[key] for key in ("epsilon_lower_fdp", "epsilon_lower_gaussian")
+                if r.record.get(key) is not None}}
             for r in records]
 
 

@@ -56,23 +56,28 @@ def _what(record: dict[str, Any]) -> str:
 
 
 def pipeline_audit_markdown(records: Sequence[dict[str, Any]]) -> str:
-    """One Markdown row per pipeline audit: what was audited, claim, bound, verdict, size.
+    """One Markdown row per pipeline audit: what was audited, claim, bounds, verdict, size.
+
+    Beside Steinke's bound (``epsilon_lower``, the verdict's), one-run records show the f-DP
+    bound (``epsilon_lower_fdp``) and the Gaussian estimate (``epsilon_lower_gaussian``); "-"
+    where a record has none.
 
     A closing line says what a bound means: a bound above the claim refutes it; a bound
     below it is not evidence of privacy; each bound holds at its confidence for its own audit.
     """
     lines = ["| pipeline | dataset | mode | audited | claimed eps | delta | eps lower bound | "
-             "lower / claimed | f-DP bound | verdict | size | seconds |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|---|---|---:|"]
+             "lower / claimed | f-DP bound | Gaussian estimate | verdict | size | seconds |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|"]
     for r in records:
         claimed, lower = float(r["epsilon_claimed"]), float(r["epsilon_lower"])
         seconds = sum(float(v) for v in r.get("seconds", {}).values())
         stage = r.get("stage", "release path (counts, labels, label accuracy)")
-        fdp = r.get("epsilon_lower_fdp")
+        fdp, gauss = r.get("epsilon_lower_fdp"), r.get("epsilon_lower_gaussian")
         lines.append(
             f"| {r['pipeline']} | {r['dataset']} | {r['mode']} | {stage} | {_fmt(claimed)} | "
             f"{_fmt(float(r['delta']))} | {_fmt(lower)} | {lower / claimed:.3f} | "
             f"{'-' if fdp is None else _fmt(float(fdp))} | "
+            f"{'-' if gauss is None else _fmt(float(gauss))} | "
             f"{r['verdict']} | {_what(r)} | {seconds:.0f} |")
     levels = sorted({float(r["confidence"]) for r in records})
     level = f"{levels[0]:.0%}" if len(levels) == 1 else "their stated"
@@ -82,12 +87,19 @@ def pipeline_audit_markdown(records: Sequence[dict[str, Any]]) -> str:
                  "may be weak): *inconclusive* means it stayed below half the claim. The f-DP "
                  "bound (one-run audits with delta > 0; Mahloujifar-Melis-Chaudhuri 2025) "
                  "analyses the same guesses against the claim's Gaussian trade-off curve, a "
-                 "stronger hypothesis than (epsilon, delta)-DP; the verdict is Steinke's.")
+                 "stronger hypothesis than (epsilon, delta)-DP; the verdict is Steinke's. "
+                 "The Gaussian estimate (Agrawal et al. 2026) fits the IN and OUT canary "
+                 "scores as two Gaussians: an estimate under that model, not a "
+                 "distribution-free bound.")
     return "\n".join(lines)
 
 
 def plot_pipeline_audit(record: dict[str, Any], path: str | Path) -> Path:
-    """Score histograms of the two sides (left) and the bound against the claim (right)."""
+    """Score histograms of the two sides (left) and the bounds against the claim (right).
+
+    The right panel shows the claim, the verdict's lower bound and, where the record has them,
+    the f-DP bound and the Gaussian estimate.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -109,9 +121,20 @@ def plot_pipeline_audit(record: dict[str, Any], path: str | Path) -> Path:
                    else f"{record['runs_per_side']} runs per side")
     left.legend(fontsize=8)
     claimed, lower = float(record["epsilon_claimed"]), float(record["epsilon_lower"])
-    right.bar([0, 1], [claimed, lower], color=["black", "tab:red" if lower > claimed
-                                               else "tab:green"], width=0.6)
-    right.set_xticks([0, 1], ["claimed", f"lower bound\n({float(record['confidence']):.0%})"])
+    heights = [claimed, lower]
+    colors = ["black", "tab:red" if lower > claimed else "tab:green"]
+    ticks = ["claimed", f"lower bound\n({float(record['confidence']):.0%})"]
+    for key, tick, color in (("epsilon_lower_fdp", "f-DP\nbound", "tab:orange"),
+                             ("epsilon_lower_gaussian", "Gaussian\nestimate", "tab:olive")):
+        if record.get(key) is not None:
+            heights.append(float(record[key]))
+            colors.append(color)
+            ticks.append(tick)
+    positions = list(range(len(heights)))
+    right.bar(positions, heights, color=colors, width=0.6)
+    for x, h in zip(positions[1:], heights[1:], strict=True):
+        right.text(x, h, f"{h:.3g}", ha="center", va="bottom", fontsize=7)
+    right.set_xticks(positions, ticks, fontsize=8 if len(ticks) > 2 else None)
     right.set_ylabel("epsilon")
     right.set_title(f"{record['verdict']}: {lower:.3f} / {claimed:g} = {lower / claimed:.2f}")
     fig.suptitle(f"{record['pipeline']} {record['dataset']} {record['mode']}: "
