@@ -21,7 +21,7 @@ its rows to the per-sample gradients before the optimizer step.
 The score of canary ``j`` (issue 34) reads its coordinate after *every* step (DP-SGD's guarantee
 covers releasing every iterate): the step's noisy gradient sum on that coordinate, in units of
 C, is ``y_t = 1 + noise`` when the canary was sampled and ``noise`` otherwise, ``noise ~ N(0,
-sigma^2)`` (plus the data's own gradients there), recovered from the weights as ``y_t = -(B /
+sigma^2)``, recovered from the weights as ``y_t = -(B /
 (lr C)) (v_t - momentum v_{t-1})`` with ``v_t`` the step's update. The score is the
 log-likelihood ratio of "sampled with probability q at each step" against "never there",
 ``sum_t log(1 - q + q exp((y_t - 1/2) / sigma^2))``: the Neyman-Pearson statistic of the
@@ -30,22 +30,78 @@ subsampled Gaussian mechanism the accountant composes. The sum of the updates,
 sum_scores`), averages the few sampled steps' spikes away with the noise of every other step:
 on the MNIST sound teacher it separated the inserted canaries by half a noise standard
 deviation, 70 of 100 guesses right.
+
+Where the coordinates are (:class:`CanaryPlacement`): by default on a :class:`CanaryTap`, weights
+that read an all-zero input, so that ``y_t`` is exactly the canary's row plus DP-SGD's noise.
+On coordinates of the model itself (``placement="model"``, the only placement before) real
+records' clipped gradients add to ``y_t`` a drift and a variance the score does not model
+(benchmarks/dp_sgd_canary_signal.py measures both).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
+from torch import nn
 
 from dpkd_audit import _validate
 from dpkd_audit.audit.training import MIN_CANARIES, canary_inclusion
 from dpkd_audit.data import Dataset
 
-__all__ = ["GradientCanaries", "GradientCanaryInjector", "RecordCanaries"]
+__all__ = ["CanaryPlacement", "CanaryTap", "GradientCanaries", "GradientCanaryInjector",
+           "RecordCanaries"]
+
+
+class CanaryPlacement(enum.StrEnum):
+    """Where the Dirac gradient canaries' coordinates are.
+
+    ``dedicated`` (default): the weights of a :class:`CanaryTap`, a linear map of an input that
+    is zero for every real record, so no real record's gradient touches them and each step's
+    update there is the canaries' rows plus DP-SGD's noise only. ``model``: uniformly drawn
+    coordinates of the model's own parameters (before the fix): real records' clipped gradients
+    there add their variance and drift to the noise the score assumes (measured in
+    benchmarks/dp_sgd_canary_signal.py).
+    """
+
+    DEDICATED = "dedicated"
+    MODEL = "model"
+
+
+class CanaryTap(nn.Module):
+    """``model(x) + W z`` with ``z = 0``: parameters for gradient canaries that data never moves.
+
+    ``W`` (``num_classes x ceil(count / num_classes)``, zero-initialised, no bias) reads an
+    all-zero input, so the outputs are the model's exactly and every real record's per-sample
+    gradient of ``W`` is zero (Opacus computes it as backprops x activations = 0): its clipping
+    norm, and so the clipping of its other coordinates, is the model's. DP-SGD still noises
+    ``W`` like every parameter, and the canaries' Dirac rows ``C e_j`` land on its entries: the
+    white-box view of a canary's coordinate is then exactly ``1{sampled} + N(0, sigma^2)`` per
+    step (units of C), the mechanism the accountant composes. The same idea as the zero input
+    feature of benchmarks/dp_sgd_many_runs.py (and the unused coordinates of Steinke, Nasr and
+    Jagielski 2023's white-box audit).
+
+    Args:
+        model: The model being trained.
+        count: How many canary coordinates ``W`` must hold (>= 1).
+        num_classes: The model's outputs.
+    """
+
+    def __init__(self, model: nn.Module, count: int, num_classes: int) -> None:
+        super().__init__()
+        self.model = model
+        self.inputs = -(-_validate.check_int("count", count, minimum=1) // num_classes)
+        self.tap = nn.Linear(self.inputs, num_classes, bias=False,
+                             device=next(model.parameters()).device)
+        with torch.no_grad():
+            self.tap.weight.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x) + self.tap(x.new_zeros((x.shape[0], self.inputs)))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -115,7 +171,21 @@ class GradientCanaries(_CanarySet):
     Attributes:
         count: m, the number of canaries (>= 2).
         seed: Seed of their inclusion, their coordinates and their Poisson sampling.
+        placement: Where their coordinates are (:class:`CanaryPlacement`; ``dedicated`` by
+            default: a :class:`CanaryTap` that no real record's gradient touches).
     """
+
+    placement: CanaryPlacement = CanaryPlacement.DEDICATED
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        try:
+            placement = CanaryPlacement(self.placement)
+        except ValueError:
+            allowed = ", ".join(p.value for p in CanaryPlacement)
+            raise ValueError(f"placement must be one of {allowed}; got "
+                             f"{self.placement!r}") from None
+        object.__setattr__(self, "placement", placement)
 
     def coordinates(self, num_parameters: int) -> np.ndarray:
         """Distinct flat parameter indices, one per canary (uniform, from ``seed``).
@@ -138,14 +208,24 @@ class GradientCanaryInjector:
         params: The optimizer's parameters in order (the flat vector the coordinates index).
         sampling_probability: q, the Poisson rate of every record.
         clip_norm: C; each canary's gradient is ``C e_j``.
+        within: The parameter (one of ``params``) whose entries hold the coordinates (a
+            :class:`CanaryTap`'s weight); ``None``: all of ``params``.
     """
 
     def __init__(self, canaries: GradientCanaries, params: Sequence[torch.nn.Parameter], *,
-                 sampling_probability: float, clip_norm: float) -> None:
+                 sampling_probability: float, clip_norm: float,
+                 within: torch.nn.Parameter | None = None) -> None:
         self.canaries = canaries
         self.params = [p for p in params if p.requires_grad]
         sizes = [p.numel() for p in self.params]
-        self.coordinates = canaries.coordinates(int(sum(sizes)))
+        if within is None:
+            self.coordinates = canaries.coordinates(int(sum(sizes)))
+        else:
+            found = [i for i, p in enumerate(self.params) if p is within]
+            if not found:
+                raise ValueError("within must be one of the optimizer's trainable parameters")
+            start = int(sum(sizes[:found[0]]))
+            self.coordinates = start + canaries.coordinates(within.numel())
         self.included = canaries.included
         self.q = _validate.check_probability("sampling_probability", sampling_probability,
                                              open_low=True)

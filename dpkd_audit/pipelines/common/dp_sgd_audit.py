@@ -57,6 +57,8 @@ class DpSgdAudit:
         correct_with_sum_score: The right guesses the sum-of-updates score (initial minus
             final weight, the score before issue 34) would have made with the same guess
             counts: a comparison, not a second bound.
+        placement: Where the canaries' coordinates were
+            (:class:`~dpkd_audit.pipelines.common.canaries.CanaryPlacement`).
     """
 
     role: str
@@ -69,6 +71,7 @@ class DpSgdAudit:
     test_accuracy: float
     seconds: float
     correct_with_sum_score: int | None = None
+    placement: str = "dedicated"
 
     def to_record(self) -> dict[str, Any]:
         """The audit's fields of a pipeline-audit record (the caller adds the pipeline's)."""
@@ -105,6 +108,8 @@ class DpSgdAudit:
             "runs_per_side": 1,
             "attack": ("white-box Dirac gradient canaries, score = log-likelihood ratio of "
                        "each step's update of the canary's coordinate (subsampled Gaussian)"),
+            # dedicated: coordinates no real record's gradient touches (CanaryTap, issue 34)
+            "canary_placement": self.placement,
             "correct_with_sum_score": self.correct_with_sum_score,
             "plan": {"noise_multiplier": self.plan.noise_multiplier,
                      "sampling_probability": self.plan.schedule.sampling_probability,
@@ -160,7 +165,7 @@ def audit_dp_sgd(dataset: Dataset, *, role: str, teacher: TeacherConfig, dp_sgd:
                                   guesses_out=guesses)
     sum_correct = int(np.count_nonzero(sum_guesses == np.where(included, 1, -1)))
     return DpSgdAudit(role=role, plan=plan, epsilon_dp_sgd=claim, bound=bound,
-                      correct_with_sum_score=sum_correct,
+                      correct_with_sum_score=sum_correct, placement=canaries.placement.value,
                       scores=np.asarray(result.canary_scores), included=included,
                       canary_rows=result.canary_samples, test_accuracy=result.test_accuracy,
                       seconds=result.seconds + time.perf_counter() - start)

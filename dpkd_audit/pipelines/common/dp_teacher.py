@@ -34,7 +34,12 @@ from dpkd_audit.accountants.dp_sgd import (
     calibrate_dp_sgd_noise,
 )
 from dpkd_audit.ledger import Ledger
-from dpkd_audit.pipelines.common.canaries import GradientCanaries, GradientCanaryInjector
+from dpkd_audit.pipelines.common.canaries import (
+    CanaryPlacement,
+    CanaryTap,
+    GradientCanaries,
+    GradientCanaryInjector,
+)
 from dpkd_audit.pipelines.common.devices import resolve_device
 from dpkd_audit.pipelines.common.progress import progress_counter
 from dpkd_audit.pipelines.common.teacher import TeacherConfig, build_teacher
@@ -245,7 +250,10 @@ def train_dp_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int
     dp_loader = DPDataLoader.from_data_loader(loader, generator=sample_gen)
     if len(dp_loader) != plan.schedule.steps_per_epoch:  # pragma: no cover - same convention
         raise ValueError("internal error: Opacus's steps per epoch differ from the plan's")
-    if canaries is not None:  # one coordinate per canary: checked before the charge
+    tap = None
+    if canaries is not None and canaries.placement is CanaryPlacement.DEDICATED:
+        model = tap = CanaryTap(model, canaries.count, num_classes)  # outputs unchanged
+    elif canaries is not None:  # one coordinate per canary: checked before the charge
         canaries.coordinates(sum(p.numel() for p in model.parameters() if p.requires_grad))
     optimizer = torch.optim.SGD(model.parameters(), lr=config.learning_rate,
                                 momentum=config.momentum)
@@ -263,7 +271,7 @@ def train_dp_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int
             poisson_sampling=False, noise_generator=noise_gen)
     injector = None if canaries is None else GradientCanaryInjector(
         canaries, optimizer.params, sampling_probability=plan.schedule.sampling_probability,
-        clip_norm=config.max_grad_norm)
+        clip_norm=config.max_grad_norm, within=None if tap is None else tap.tap.weight)
     x_test = torch.from_numpy(np.array(test_images, dtype=np.uint8)).unsqueeze(1).float() \
         .div_(255.0).to(device)
     y_test = torch.from_numpy(np.array(test_labels, dtype=np.int64)).to(device)
@@ -295,6 +303,8 @@ def train_dp_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int
     if hasattr(model, "remove_hooks"):  # Opacus's per-sample-gradient hooks, no longer needed
         model.remove_hooks()
     inner = model._module if hasattr(model, "_module") else model
+    if isinstance(inner, CanaryTap):  # the canaries' parameters leave with the audit
+        inner = inner.model
     for param in inner.parameters():
         if hasattr(param, "grad_sample"):
             param.grad_sample = None
