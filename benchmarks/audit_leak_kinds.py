@@ -49,7 +49,7 @@ import time
 
 import numpy as np
 
-from dpkd_audit._privacy_math import (
+from dpkd_audit._math.privacy import (
     analytic_gaussian_delta,
     calibrate_analytic_gaussian,
     calibrate_discrete_gaussian,

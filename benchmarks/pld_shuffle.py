@@ -36,13 +36,15 @@ from dp_accounting import dp_event as _dp
 from dp_accounting.pld import pld_privacy_accountant as dpa_accountant
 from dp_accounting.pld import privacy_loss_distribution as dpa_pld
 
-from dpkd_audit import _shuffle_math
+from dpkd_audit._math import shuffle as _shuffle_math
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from shuffle_reference import old_numerical_epsilon
 
-from dpkd_audit.accountants import NeighboringRelation, pld_eval, pld_specs
-from dpkd_audit.accountants.pld import PLDAccountant
+from dpkd_audit.accountants import NeighboringRelation
+from dpkd_audit.accountants.pld import evaluation as pld_eval
+from dpkd_audit.accountants.pld import specs as pld_specs
+from dpkd_audit.accountants.pld.accountant import PLDAccountant
 
 DELTA_RR = 1e-5
 INTERVAL = 1e-4

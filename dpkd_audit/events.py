@@ -24,7 +24,7 @@ import attr
 import dp_accounting
 from dp_accounting import dp_event as _dp
 
-from dpkd_audit._privacy_math import analytic_gaussian_delta, discrete_gaussian_delta, zcdp_delta
+from dpkd_audit._math.privacy import analytic_gaussian_delta, discrete_gaussian_delta, zcdp_delta
 
 __all__ = [
     "ApproxDpEvent",
@@ -182,7 +182,7 @@ class DiscreteGaussianVectorDpEvent(_dp.DpEvent, DeclaredGuarantee):
     Theorem 14: the independent coordinates' Renyi divergences add, each at most alpha shift_j^2
     / (2 sigma^2) (their Proposition 5 for integer shifts), so the release is (Delta^2 /
     (2 sigma^2))-zCDP; the declared (epsilon, delta) is that of the zCDP conversion
-    (:func:`dpkd_audit._privacy_math.zcdp_delta`, CKS 2020 Prop. 12), checked at construction.
+    (:func:`dpkd_audit._math.privacy.zcdp_delta`, CKS 2020 Prop. 12), checked at construction.
     Theorem 7's exact curve is one-dimensional and is not claimed here.
     """
 

@@ -1,7 +1,7 @@
 """The O(n) FMT21 numerical shuffle bound as it was before issue 9 (a reference, not the package).
 
 Kept verbatim in logic so that the tests can compare the O(sqrt n) implementation of
-:mod:`dpkd_audit._shuffle_math` with it, and ``benchmarks/pld_shuffle.py`` can time it.
+:mod:`dpkd_audit._math.shuffle` with it, and ``benchmarks/pld_shuffle.py`` can time it.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 
 import mpmath
 import pytest
@@ -18,6 +17,7 @@ from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from work_bounds import MB, peak_bytes
 
 from dpkd_audit.accountants import BoundKind, Epsilon, PureAccountant, UnsupportedEventError
 from dpkd_audit.accountants.advanced import (
@@ -357,7 +357,6 @@ def test_identical_guarantees_from_different_events_are_grouped():
 
 
 def test_ten_thousand_compositions_cost_one_evaluation():
-    start = time.perf_counter()
     acc = OptimalCompositionAccountant()
     for _ in range(10_000):
         acc.compose(PureDpEvent(0.01))
@@ -365,13 +364,10 @@ def test_ten_thousand_compositions_cost_one_evaluation():
     delta = acc.get_delta(float(eps))
     adv = AdvancedCompositionAccountant().compose(PureDpEvent(0.01), count=10_000)
     adv.get_epsilon(1e-6)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 1.0
-    assert len(acc._counts) == 1 and delta <= 1e-6
-    # k = 10^5 stays cheap too (one O(k) array per evaluation)
-    start = time.perf_counter()
-    big = optimal([(0.01, 0.0, 100_000)]).get_epsilon(1e-6)
-    assert time.perf_counter() - start < 1.0 and math.isfinite(big)
+    assert len(acc._counts) == 1 and delta <= 1e-6  # one group: one evaluation
+    # k = 10^5 stays cheap too: one O(k) array per evaluation (measured peak 7.6 MB)
+    big, peak = peak_bytes(lambda: optimal([(0.01, 0.0, 100_000)]).get_epsilon(1e-6))
+    assert peak < 64 * MB and math.isfinite(big)
 
 
 @pytest.mark.parametrize("make", ACCOUNTANTS)

@@ -19,7 +19,6 @@ pessimistic side).
 from __future__ import annotations
 
 import math
-import time
 
 import mpmath
 import numpy as np
@@ -31,8 +30,9 @@ from dp_accounting.rdp import rdp_privacy_accountant as dp_rdp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import special, stats
+from work_bounds import MB, peak_bytes
 
-from dpkd_audit._privacy_math import (
+from dpkd_audit._math.privacy import (
     analytic_gaussian_delta,
     discrete_gaussian_delta,
     smallest_satisfying,
@@ -43,10 +43,10 @@ from dpkd_audit.accountants import (
     NeighboringRelation,
     PureAccountant,
     UnsupportedEventError,
-    pld_eval,
-    pld_specs,
 )
-from dpkd_audit.accountants.pld import PLDAccountant, laplace_delta, laplace_epsilon
+from dpkd_audit.accountants.pld import evaluation as pld_eval
+from dpkd_audit.accountants.pld import specs as pld_specs
+from dpkd_audit.accountants.pld.accountant import PLDAccountant, laplace_delta, laplace_epsilon
 from dpkd_audit.events import (
     ApproxDpEvent,
     BitRandomizedResponseDpEvent,
@@ -318,9 +318,8 @@ def test_large_compositions_coarsen_the_grid_and_stay_upper_bounds():
 
     acc = PLDAccountant().compose(_dp.LaplaceDpEvent(0.5), count=1000)
     assert acc.effective_interval() > acc.value_discretization_interval
-    start = time.perf_counter()
-    eps = eps_of(acc, 1e-5)
-    assert time.perf_counter() - start < 30
+    eps, peak = peak_bytes(lambda: eps_of(acc, 1e-5))
+    assert peak < 256 * MB  # the coarser grid keeps ~4e6 points (measured peak 43 MB)
     small = PLDAccountant().compose(_dp.LaplaceDpEvent(0.5), count=10)
     assert small.effective_interval() == small.value_discretization_interval
     # the Laplace PLD is tighter than its eps-DP dominating pair, but never below the exact
@@ -616,13 +615,9 @@ def test_ten_thousand_compositions_cost_one_evaluation():
     for _ in range(10_000):
         acc.compose(event)
     assert len(acc._counts) == 1
-    start = time.perf_counter()
-    first = eps_of(acc, 1e-5)
-    assert time.perf_counter() - start < 10.0  # one FFT self-composition (measured ~0.3 s)
+    first = eps_of(acc, 1e-5)  # one group: one self-composition
     composed = acc.pld()
-    start = time.perf_counter()
-    assert eps_of(acc, 1e-5) == first and acc.pld() is composed  # cached
-    assert time.perf_counter() - start < 0.5
+    assert eps_of(acc, 1e-5) == first and acc.pld() is composed  # cached: no new work
     acc.compose(PureDpEvent(0.01))  # the state changed: recomputed
     assert acc.pld() is not composed and eps_of(acc, 1e-5) > first
 

@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 from dp_accounting import dp_event as _dp
 
-from dpkd_audit.accountants import rdp_curves, rdp_plans
 from dpkd_audit.accountants.base import NeighboringRelation, UnsupportedEventError
-from dpkd_audit.accountants.rdp import (
+from dpkd_audit.accountants.rdp import curves as rdp_curves
+from dpkd_audit.accountants.rdp import plans as rdp_plans
+from dpkd_audit.accountants.rdp.accountant import (
     DEFAULT_ORDERS,
     RDPAccountant,
     discrete_laplace_rdp,
@@ -29,7 +30,7 @@ from dpkd_audit.accountants.rdp import (
     rdp_curve,
     subsampled_gaussian_rdp,
 )
-from dpkd_audit.accountants.rdp_subsampled import _sgm_log_a_frac, _sgm_log_a_quads
+from dpkd_audit.accountants.rdp.subsampled import _sgm_log_a_frac, _sgm_log_a_quads
 
 REPLACE_ONE = NeighboringRelation.REPLACE_ONE
 REPLACE_SPECIAL = NeighboringRelation.REPLACE_SPECIAL

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from scipy import integrate, stats
 
 from dpkd_audit import Ledger
-from dpkd_audit._privacy_math import analytic_gaussian_delta, calibrate_analytic_gaussian
+from dpkd_audit._math.privacy import analytic_gaussian_delta, calibrate_analytic_gaussian
 from dpkd_audit.accountants.pure import event_guarantee
 from dpkd_audit.audit.controls import (
     CONTROLS,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dpkd_audit.cli.main import main
-from dpkd_audit.ledger import Ledger
+from dpkd_audit.ledger.core import Ledger
 
 FAST = ["--dataset", "digits", "--clusters", "20", "--student-epochs", "2", "--quiet"]
 
@@ -162,7 +162,7 @@ def test_sweep_takes_each_modes_preset_clusters(monkeypatch):
     """Fashion-MNIST's preset s is 10 in local modes, 40 in central ones below eps = 0.1 and
     100 from 0.1: a sweep gives each point its own (the first point's s once leaked into the
     others)."""
-    from dpkd_audit.cli import pipelines as cli
+    from dpkd_audit.cli import rknn as cli
 
     seen = {}
 
@@ -194,7 +194,7 @@ def test_results_refuses_a_record_with_exact_count_diagnostics(tmp_path, capsys)
 
 
 def test_representation_choices_are_the_representation_kinds():
-    from dpkd_audit.cli.pipelines import _REPRESENTATIONS
+    from dpkd_audit.cli.rknn import _REPRESENTATIONS
     from dpkd_audit.pipelines.common.representations import RepresentationKind
 
     assert _REPRESENTATIONS == [kind.value for kind in RepresentationKind]

@@ -10,7 +10,7 @@ from dp_accounting import dp_event as _dp
 from dp_accounting.rdp import RdpAccountant
 
 from dpkd_audit import events
-from dpkd_audit._privacy_math import (
+from dpkd_audit._math.privacy import (
     analytic_gaussian_delta,
     calibrate_analytic_gaussian,
     calibrate_discrete_gaussian,

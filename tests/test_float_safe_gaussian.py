@@ -20,9 +20,9 @@ import reference_formulas as ref
 from test_mechanisms_basic import ALPHA, chi2_pvalue
 
 from dpkd_audit import Ledger
-from dpkd_audit._privacy_math import calibrate_zcdp_rho, zcdp_delta
+from dpkd_audit._math.privacy import calibrate_zcdp_rho, zcdp_delta
 from dpkd_audit.accountants import PLDAccountant, RDPAccountant
-from dpkd_audit.accountants.rdp_conversion import delta_from_rdp
+from dpkd_audit.accountants.rdp.conversion import delta_from_rdp
 from dpkd_audit.audit import Attack, audit_mechanism
 from dpkd_audit.events import (
     DiscreteGaussianDpEvent,

@@ -401,7 +401,7 @@ def test_a_stray_wal_beside_a_ledger_is_refused_and_never_merged(tmp_path, suffi
 def test_descriptors_kept_for_headers_do_not_pile_up_for_deleted_ledgers(tmp_path):
     """The header descriptor of each ledger file is kept for the process's life (issue 33), but
     not once the file is deleted: a process creating many short-lived ledgers keeps few."""
-    from dpkd_audit import ledger_store
+    from dpkd_audit.ledger import store as ledger_store
 
     def kept() -> int:
         return len(ledger_store._HEADER_FDS) + len(ledger_store._SPARE_FDS)

@@ -18,7 +18,7 @@ import pytest
 from dpkd_audit import BudgetExceededError, Ledger
 from dpkd_audit.cli.main import main
 from dpkd_audit.events import PureDpEvent
-from dpkd_audit.ledger_store import APPLICATION_ID, SYNCHRONOUS_EXTRA
+from dpkd_audit.ledger.store import APPLICATION_ID, SYNCHRONOUS_EXTRA
 
 
 @pytest.fixture(autouse=True)

@@ -19,10 +19,10 @@ import threading
 import pytest
 
 from dpkd_audit import BudgetExceededError, Ledger, LedgerError
-from dpkd_audit import ledger_store as store
 from dpkd_audit.cli.main import main
 from dpkd_audit.errors import LedgerAccessError, LedgerCorruptError
 from dpkd_audit.events import PureDpEvent
+from dpkd_audit.ledger import store
 
 
 @pytest.fixture(autouse=True)

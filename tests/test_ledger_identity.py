@@ -22,7 +22,7 @@ from dpkd_audit.accountants import (
 )
 from dpkd_audit.errors import LedgerCorruptError, LedgerVersionError
 from dpkd_audit.events import PureDpEvent, event_to_json
-from dpkd_audit.ledger_identity import accountant_spec
+from dpkd_audit.ledger.identity import accountant_spec
 
 ADD_REMOVE = NeighboringRelation.ADD_OR_REMOVE_ONE
 

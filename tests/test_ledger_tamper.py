@@ -16,8 +16,8 @@ from dp_accounting import dp_event as _dp
 from dpkd_audit import Ledger, LedgerCorruptError, LedgerError
 from dpkd_audit.errors import LedgerKeyError
 from dpkd_audit.events import PureDpEvent
-from dpkd_audit.ledger_chain import Chain
-from dpkd_audit.ledger_store import SCHEMA
+from dpkd_audit.ledger.chain import Chain
+from dpkd_audit.ledger.store import SCHEMA
 
 KEY = b"0123456789abcdef-test-key"
 

@@ -15,9 +15,9 @@ import pytest
 from dpkd_audit import Ledger
 from dpkd_audit.errors import LedgerCorruptError, LedgerKeyError
 from dpkd_audit.events import PureDpEvent
-from dpkd_audit.ledger_chain import Chain
-from dpkd_audit.ledger_store import SCHEMA
-from dpkd_audit.ledger_witness import WITNESS_DIR_ENV, witness_path
+from dpkd_audit.ledger.chain import Chain
+from dpkd_audit.ledger.store import SCHEMA
+from dpkd_audit.ledger.witness import WITNESS_DIR_ENV, witness_path
 
 KEY = b"k" * 32
 
@@ -164,7 +164,7 @@ def test_a_key_file_or_witness_that_is_the_ledger_itself_is_refused_without_open
     other SQLite file is refused after reading."""
     import os
 
-    from dpkd_audit import ledger_store
+    from dpkd_audit.ledger import store as ledger_store
 
     path = tmp_path / "l.sqlite"
     key_file = tmp_path / "key"

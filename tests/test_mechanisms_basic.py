@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from dpkd_audit._privacy_math import (
+from dpkd_audit._math.privacy import (
     analytic_gaussian_delta,
     discrete_gaussian_delta,
     discrete_gaussian_pmf,

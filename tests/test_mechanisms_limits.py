@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from dpkd_audit import Ledger
-from dpkd_audit._privacy_math import (
+from dpkd_audit._math.privacy import (
     analytic_gaussian_delta,
     analytic_gaussian_delta_exact,
     discrete_gaussian_delta,

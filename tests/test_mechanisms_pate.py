@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from scipy import stats
 from stats_helpers import chi_square_pvalue
 
-from dpkd_audit._privacy_math import analytic_gaussian_delta
+from dpkd_audit._math.privacy import analytic_gaussian_delta
 from dpkd_audit.accountants.pure import PureAccountant, event_guarantee
 from dpkd_audit.events import GaussianNoisyMaxDpEvent, LaplaceNoisyMaxDpEvent
 from dpkd_audit.mechanisms import pate

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from dpkd_audit._privacy_math import discrete_gaussian_pmf
+from dpkd_audit._math.privacy import discrete_gaussian_pmf
 from dpkd_audit.mechanisms import samplers
 
 ALPHA = 1e-4

@@ -27,9 +27,9 @@ from dpkd_audit.accountants.base import (
 )
 from dpkd_audit.accountants.calibration import CalibrationError, calibrate_noise, max_queries
 from dpkd_audit.accountants.pate import PATEAccountant, PATEReport
-from dpkd_audit.accountants.pld import PLDAccountant
+from dpkd_audit.accountants.pld.accountant import PLDAccountant
 from dpkd_audit.accountants.pure import PureAccountant, event_guarantee
-from dpkd_audit.accountants.rdp import RDPAccountant, rdp_curve, register_rdp_curve
+from dpkd_audit.accountants.rdp.accountant import RDPAccountant, rdp_curve, register_rdp_curve
 from dpkd_audit.accountants.shuffle import (
     ShuffleAccountant,
     ShuffleBound,

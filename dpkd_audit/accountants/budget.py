@@ -22,7 +22,7 @@ from typing import Any
 from dp_accounting import dp_event as _dp
 
 from dpkd_audit import _validate
-from dpkd_audit._privacy_math import analytic_gaussian_delta, smallest_satisfying
+from dpkd_audit._math.privacy import analytic_gaussian_delta, smallest_satisfying
 from dpkd_audit.accountants import calibration
 from dpkd_audit.accountants.advanced import (
     AdvancedCompositionAccountant,

@@ -46,8 +46,8 @@ class DpSgdAccountant(enum.Enum):
 
     def make(self) -> Accountant:
         """A fresh accountant of this kind under ``ADD_OR_REMOVE_ONE``."""
-        from dpkd_audit.accountants.pld import PLDAccountant
-        from dpkd_audit.accountants.rdp import RDPAccountant
+        from dpkd_audit.accountants.pld.accountant import PLDAccountant
+        from dpkd_audit.accountants.rdp.accountant import RDPAccountant
 
         relation = NeighboringRelation.ADD_OR_REMOVE_ONE
         if self is DpSgdAccountant.RDP:

@@ -63,7 +63,7 @@ from dpkd_audit.accountants.base import (
     Epsilon,
     NeighboringRelation,
 )
-from dpkd_audit.accountants.rdp import (
+from dpkd_audit.accountants.rdp.accountant import (
     delta_from_rdp,
     epsilon_from_rdp,
     gaussian_rdp,
@@ -1104,7 +1104,7 @@ class PATEAccountant(Accountant):
             the data-independent UPPER_BOUND. It can be exactly 0: with strong consensus the
             data-dependent RDP rho is tiny at some order, and the Bretagnolle-Huber bound
             delta(0) = TV <= sqrt(1 - e^(-rho)) (see
-            :func:`dpkd_audit.accountants.rdp_conversion.epsilon_from_rdp`) is then already
+            :func:`dpkd_audit.accountants.rdp.conversion.epsilon_from_rdp`) is then already
             below ``target_delta``, so epsilon = 0 is certified at that delta (not "no cost":
             the delta is spent).
         """

@@ -1,7 +1,7 @@
 """Shuffle accountant: composes shuffled local releases with the FMT21 bounds.
 
 The bounds themselves (closed form, Theorem 3.1; numerical, Theorem 3.2 / Appendix E of
-Feldman-McMillan-Talwar FOCS 2021) live in :mod:`dpkd_audit._shuffle_math` and are re-exported
+Feldman-McMillan-Talwar FOCS 2021) live in :mod:`dpkd_audit._math.shuffle` and are re-exported
 here.
 """
 
@@ -13,7 +13,7 @@ import math
 from dp_accounting import dp_event as _dp
 
 from dpkd_audit import _validate
-from dpkd_audit._shuffle_math import (
+from dpkd_audit._math.shuffle import (
     closed_form_epsilon,
     closed_form_max_local_epsilon,
     numerical_delta,

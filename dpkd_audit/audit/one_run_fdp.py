@@ -27,7 +27,7 @@ import math
 from scipy import optimize, special
 
 from dpkd_audit import _validate
-from dpkd_audit._privacy_math import calibrate_analytic_gaussian
+from dpkd_audit._math.privacy import calibrate_analytic_gaussian
 
 __all__ = ["FDP_MAX_EPSILON", "gaussian_mu", "one_run_fdp_epsilon", "one_run_fdp_margin"]
 
@@ -40,7 +40,7 @@ _MIN_EPSILON = 1e-6
 def gaussian_mu(epsilon: float, delta: float) -> float:
     """The mu of the Gaussian mechanism exactly (epsilon, delta)-DP: 1 / sigma (sensitivity 1).
 
-    Balle-Wang 2018, Theorem 8 (:func:`dpkd_audit._privacy_math.calibrate_analytic_gaussian`);
+    Balle-Wang 2018, Theorem 8 (:func:`dpkd_audit._math.privacy.calibrate_analytic_gaussian`);
     mu-GDP in the sense of Dong-Roth-Su 2022 (a shift of mu standard deviations).
     """
     return 1.0 / calibrate_analytic_gaussian(epsilon, delta, 1.0)

@@ -54,7 +54,7 @@ import numpy as np
 from scipy import optimize, stats
 
 from dpkd_audit import _validate
-from dpkd_audit._privacy_math import analytic_gaussian_delta
+from dpkd_audit._math.privacy import analytic_gaussian_delta
 
 __all__ = [
     "GAUSSIAN_MAX_EPSILON",
@@ -77,7 +77,7 @@ def gdp_delta(epsilon: float, mu: float) -> float:
     """delta(epsilon) of mu-GDP: Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2).
 
     The Gaussian mechanism with sensitivity 1 and sigma = 1 / mu (Balle-Wang 2018, Thm 8,
-    evaluated without cancellation by :func:`dpkd_audit._privacy_math.analytic_gaussian_delta`).
+    evaluated without cancellation by :func:`dpkd_audit._math.privacy.analytic_gaussian_delta`).
     0 for mu = 0; 1 for mu = inf.
     """
     if mu <= 0.0:

@@ -25,14 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from dpkd_audit.cli.arguments import int_at_least, positive_float
-from dpkd_audit.cli.pipelines import (
-    _MODES,
-    _add_rknn_arguments,
-    _command,
-    _out_dir,
-    _rknn_config,
-    _write_json,
-)
+from dpkd_audit.cli.rknn import _MODES, _add_rknn_arguments, _rknn_config
+from dpkd_audit.cli.sweeps import _command, _out_dir, _write_json
 
 __all__ = ["add_audit_run_parser"]
 

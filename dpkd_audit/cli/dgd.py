@@ -1,7 +1,7 @@
 """``dpkd run dgd`` and ``dpkd sweep dgd``: DGD records, as published and sound.
 
 Shares the record writing, ``--resume`` / ``--force`` and the sweep report with reverse k-NN
-and DP-DFD (:mod:`dpkd_audit.cli.pipelines`).
+and DP-DFD (:mod:`dpkd_audit.cli.sweeps`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dpkd_audit.cli.arguments import fraction, int_at_least, non_negative_float, positive_float
-from dpkd_audit.cli.pipelines import (
+from dpkd_audit.cli.sweeps import (
     add_sweep_grid_arguments,
     apply_generator_arguments,
     run_single,

@@ -1,7 +1,7 @@
 """``dpkd run dpdfd`` and ``dpkd sweep dpdfd``: DP-DFD records, as published and sound.
 
 Shares the record writing, ``--resume`` / ``--force`` and the sweep report with reverse k-NN
-(:mod:`dpkd_audit.cli.pipelines`).
+(:mod:`dpkd_audit.cli.sweeps`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from dpkd_audit.cli.arguments import fraction, int_at_least, positive_float
-from dpkd_audit.cli.pipelines import (
+from dpkd_audit.cli.sweeps import (
     add_sweep_grid_arguments,
     apply_generator_arguments,
     run_single,

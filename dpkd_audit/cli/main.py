@@ -17,8 +17,9 @@ import numpy as np
 from dpkd_audit.cli.arguments import add_executor_arguments, int_at_least, positive_float
 from dpkd_audit.cli.audit_run import add_audit_run_parser
 from dpkd_audit.cli.paths import output_file
-from dpkd_audit.cli.pipelines import add_pipeline_parsers, argv_or_default
+from dpkd_audit.cli.pipelines import add_pipeline_parsers
 from dpkd_audit.cli.report import add_report_parser
+from dpkd_audit.cli.sweeps import argv_or_default
 from dpkd_audit.executor import ExecutorConfig, ExecutorKind, check_workers
 
 __all__ = ["build_parser", "main"]
@@ -45,8 +46,8 @@ def _cmd_mechanisms(args: argparse.Namespace) -> int:
 
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
-    from dpkd_audit.ledger import Ledger
-    from dpkd_audit.ledger_identity import describe_accountant
+    from dpkd_audit.ledger.core import Ledger
+    from dpkd_audit.ledger.identity import describe_accountant
 
     # read-only: inspecting never writes, yet still rolls back a crashed writer's journal
     ledger = Ledger.open(args.path, read_only=True)
@@ -84,7 +85,7 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from dpkd_audit.ledger import Ledger
+    from dpkd_audit.ledger.core import Ledger
     from dpkd_audit.pipelines.quickstart import QuickstartConfig, run
 
     config = QuickstartConfig(epsilon=args.epsilon, clusters=args.clusters, k=args.k,

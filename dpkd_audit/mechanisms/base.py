@@ -28,9 +28,17 @@ from dp_accounting import dp_event as _dp
 from dpkd_audit import _validate
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dpkd_audit.ledger import Ledger
+    from dpkd_audit.ledger.core import Ledger
 
-__all__ = ["AuditView", "Guarantee", "Mechanism", "Norm", "Sensitivity"]
+__all__ = ["MAX_GAUSSIAN_EPSILON", "AuditView", "Guarantee", "Mechanism", "Norm", "Sensitivity"]
+
+#: Largest epsilon of the calibrated (epsilon, delta) mechanisms (Gaussian, GNMax, discrete
+#: Gaussian). The float calibration evaluates a - b with a, b ~ sqrt(epsilon / 2) (Balle-Wang
+#: 2018, Thm 8); up to 1e12 its rounding (< 1e-9 absolute) is far below what the curve
+#: resolves, and the result is re-verified in arbitrary precision anyway. Larger epsilons
+#: promise nothing useful.
+MAX_GAUSSIAN_EPSILON = 1e12
+
 
 
 class Norm(enum.Enum):

@@ -31,7 +31,7 @@ of CKS 2020, Theorem 7 (:class:`~dpkd_audit.mechanisms.discrete.DiscreteGaussian
 2``: the shift is an integer vector of L2 norm at most ``Delta_2 / g + sqrt(c)``; the release
 is (shift^2 / (2 sigma_g^2))-zCDP (CKS 2020, Theorem 14: the independent coordinates' Renyi
 divergences add) and sigma_g is calibrated on the zCDP conversion of CKS 2020, Proposition 12
-(:func:`dpkd_audit._privacy_math.zcdp_delta`), about 9% more noise than Balle-Wang's at
+(:func:`dpkd_audit._math.privacy.zcdp_delta`), about 9% more noise than Balle-Wang's at
 epsilon 1, delta 1e-5.
 
 :class:`TextbookLaplace` and :class:`TextbookGaussian` are the textbook floating-point samplers
@@ -59,10 +59,21 @@ import numpy as np
 from dp_accounting import dp_event as _dp
 
 from dpkd_audit import _validate
-from dpkd_audit._privacy_math import calibrate_analytic_gaussian, calibrate_zcdp_rho
+from dpkd_audit._math.privacy import calibrate_analytic_gaussian, calibrate_zcdp_rho
 from dpkd_audit.events import CalibratedGaussianDpEvent, DiscreteGaussianVectorDpEvent
 from dpkd_audit.mechanisms import samplers
-from dpkd_audit.mechanisms.base import Mechanism, Norm, Sensitivity, coerce_sensitivity
+from dpkd_audit.mechanisms.base import (
+    MAX_GAUSSIAN_EPSILON,
+    Mechanism,
+    Norm,
+    Sensitivity,
+    coerce_sensitivity,
+)
+from dpkd_audit.mechanisms.discrete import (
+    DiscreteGaussian,
+    _laplace_scale_fraction,
+    _rational_variance,
+)
 
 __all__ = ["GRID_STEPS", "MAX_GAUSSIAN_EPSILON", "MAX_GRID_SIGMA", "Gaussian", "GaussianGrid",
            "Laplace", "LaplaceGrid", "TextbookGaussian", "TextbookLaplace", "as_real_array",
@@ -84,12 +95,6 @@ _MIN_GRANULARITY = 2.0 ** -1000
 TEXTBOOK_FLAW = ("textbook floating-point sampler: its doubles carry the input's low-order bits "
                  "(Mironov 2012)")
 
-#: Largest epsilon of the calibrated (epsilon, delta) mechanisms (Gaussian, GNMax, discrete
-#: Gaussian). The float calibration evaluates a - b with a, b ~ sqrt(epsilon / 2) (Balle-Wang
-#: 2018, Thm 8); up to 1e12 its rounding (< 1e-9 absolute) is far below what the curve
-#: resolves, and the result is re-verified in arbitrary precision anyway. Larger epsilons
-#: promise nothing useful.
-MAX_GAUSSIAN_EPSILON = 1e12
 
 
 def as_real_array(value: Any, name: str = "value") -> np.ndarray:
@@ -129,7 +134,7 @@ def laplace_scale(sensitivity: float, epsilon: float, *, parameters: str) -> flo
 def calibrated_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
     """Balle-Wang sigma for (epsilon, delta) and L2 sensitivity, verified and range-checked.
 
-    :func:`dpkd_audit._privacy_math.calibrate_analytic_gaussian` (bisection on the exact curve
+    :func:`dpkd_audit._math.privacy.calibrate_analytic_gaussian` (bisection on the exact curve
     of Theorem 8, then verification in arbitrary precision), and a check that sigma lies in
     [1e-300, 1e300].
 
@@ -194,8 +199,6 @@ def laplace_grid(sensitivity: float, epsilon: float, coordinates: int, *,
         ValueError: If the grid is finer than 2^-1000 or the discrete scale is beyond the
             exact sampler's 2^40 grid steps.
     """
-    from dpkd_audit.mechanisms.discrete import _laplace_scale_fraction  # (imports this module)
-
     exponent = math.frexp(sensitivity / (GRID_STEPS * coordinates))[1] - 1
     granularity = math.ldexp(1.0, exponent)
     if not granularity >= _MIN_GRANULARITY:
@@ -413,8 +416,6 @@ def gaussian_grid(epsilon: float, delta: float, sensitivity: float, coordinates:
     Raises:
         ValueError: If the grid is finer than 2^-1000 or the noise is beyond the exact sampler.
     """
-    from dpkd_audit.mechanisms.discrete import DiscreteGaussian, _rational_variance
-
     ratio = calibrated_gaussian_sigma(epsilon, delta, sensitivity) / sensitivity
     rounding = 1.0 if coordinates == 1 else math.sqrt(coordinates)
     granularity = _power_of_two_at_most(sensitivity / (GRID_STEPS * rounding))

@@ -21,7 +21,7 @@ import numpy as np
 from dp_accounting import dp_event as _dp
 
 from dpkd_audit import _validate
-from dpkd_audit._privacy_math import (
+from dpkd_audit._math.privacy import (
     calibrate_analytic_gaussian,
     calibrate_discrete_gaussian,
     discrete_gaussian_delta,
@@ -29,8 +29,13 @@ from dpkd_audit._privacy_math import (
 )
 from dpkd_audit.events import DiscreteGaussianDpEvent
 from dpkd_audit.mechanisms import samplers
-from dpkd_audit.mechanisms.base import Mechanism, Norm, Sensitivity, coerce_sensitivity
-from dpkd_audit.mechanisms.continuous import MAX_GAUSSIAN_EPSILON
+from dpkd_audit.mechanisms.base import (
+    MAX_GAUSSIAN_EPSILON,
+    Mechanism,
+    Norm,
+    Sensitivity,
+    coerce_sensitivity,
+)
 
 __all__ = ["MAX_ABS_INPUT", "DiscreteGaussian", "DiscreteLaplace", "as_int_array"]
 
@@ -174,7 +179,7 @@ class DiscreteGaussian(Mechanism):
 
     Canonne, Kamath, Steinke, NeurIPS 2020: sigma is the smallest value for which the exact
     (epsilon, delta) curve of Theorem 7 meets the claim (bisection, see
-    :func:`dpkd_audit._privacy_math.calibrate_discrete_gaussian`); sigma^2 is then rounded *up*
+    :func:`dpkd_audit._math.privacy.calibrate_discrete_gaussian`); sigma^2 is then rounded *up*
     to a rational p/q for the exact sampler (Algorithm 3), and the curve is re-checked at the
     sigma actually used (the curve has small upward jumps in sigma, so rounding up is re-verified
     rather than assumed safe).
@@ -189,7 +194,7 @@ class DiscreteGaussian(Mechanism):
     :class:`DiscreteLaplace` for L1-bounded vectors.
 
     The curve is evaluated with every floating-point error charged against the claim
-    (:func:`dpkd_audit._privacy_math.discrete_gaussian_delta`), in log space, so no epsilon
+    (:func:`dpkd_audit._math.privacy.discrete_gaussian_delta`), in log space, so no epsilon
     overflows.
 
     Attributes:

@@ -31,7 +31,7 @@ from dp_accounting import dp_event as _dp
 from scipy import integrate, special
 
 from dpkd_audit import _validate
-from dpkd_audit._privacy_math import analytic_gaussian_delta, smallest_satisfying
+from dpkd_audit._math.privacy import analytic_gaussian_delta, smallest_satisfying
 from dpkd_audit.events import GaussianNoisyMaxDpEvent, LaplaceNoisyMaxDpEvent
 from dpkd_audit.mechanisms.base import Mechanism, Norm, Sensitivity
 from dpkd_audit.mechanisms.continuous import (

@@ -26,7 +26,7 @@ from dp_accounting import dp_event as _dp
 from scipy import signal, stats
 
 from dpkd_audit import _validate
-from dpkd_audit._shuffle_math import numerical_epsilon
+from dpkd_audit._math.shuffle import numerical_epsilon
 from dpkd_audit.events import ShuffledHistogramDpEvent, ShuffledLocalDpEvent
 from dpkd_audit.mechanisms.base import AuditView, Mechanism, Norm, Sensitivity
 
@@ -59,7 +59,7 @@ class ShuffledRandomizer(Mechanism):
       of the vector of local reports, which is ``epsilon0``-DP because one user's input only
       affects its own report (Dwork-Roth 2014, Prop. 2.1 and parallel composition).
     - ``delta`` in (0, 1): (epsilon, delta)-DP with epsilon from Feldman-McMillan-Talwar 2021's
-      numerical bound (Thm 3.2 / App. E, :func:`dpkd_audit._shuffle_math.numerical_epsilon`:
+      numerical bound (Thm 3.2 / App. E, :func:`dpkd_audit._math.shuffle.numerical_epsilon`:
       exact for their dominating pair, no validity condition, several times tighter than the
       Theorem 3.1 closed form), when it is below epsilon0. Otherwise the claim falls back to
       pure ``epsilon0``-DP and ``delta`` is set to 0 (``amplified`` tells which).

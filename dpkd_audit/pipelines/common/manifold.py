@@ -22,17 +22,25 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import faiss
 import numpy as np
 
 from dpkd_audit import _validate
 
-if TYPE_CHECKING:
-    from dpkd_audit.pipelines.common.representations import FittedRepresentation
+__all__ = ["FittedRepresentation", "ManifoldConfig", "ManifoldMap", "fit_manifold"]
 
-__all__ = ["ManifoldConfig", "ManifoldMap", "fit_manifold"]
+
+class FittedRepresentation(Protocol):
+    """A frozen feature map, fitted on public images only."""
+
+    #: Number of (public) images the representation was fitted on.
+    num_fitted: int
+
+    def transform(self, images: np.ndarray) -> np.ndarray:
+        """Map uint8 ``(n, h, w)`` images to float32 ``(n, d)`` features."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dpkd_audit import _validate
-from dpkd_audit.pipelines.common.manifold import ManifoldConfig, fit_manifold
+from dpkd_audit.pipelines.common.manifold import FittedRepresentation, ManifoldConfig, fit_manifold
 
 if TYPE_CHECKING:
     import torch
@@ -176,17 +176,6 @@ def hog_features(images: np.ndarray, *, cells: int = 7, bins: int = 9) -> np.nda
                        for i in range(cells - 1) for j in range(cells - 1)], axis=1)
     blocks /= np.sqrt((blocks * blocks).sum(axis=-1, keepdims=True) + 1e-6)
     return blocks.reshape(n, -1).astype(np.float32)
-
-
-class FittedRepresentation(Protocol):
-    """A frozen feature map, fitted on public images only."""
-
-    #: Number of (public) images the representation was fitted on.
-    num_fitted: int
-
-    def transform(self, images: np.ndarray) -> np.ndarray:
-        """Map uint8 ``(n, h, w)`` images to float32 ``(n, d)`` features."""
-        ...
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

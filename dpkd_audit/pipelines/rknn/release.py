@@ -30,10 +30,10 @@ import numpy as np
 from dp_accounting import dp_event as _dp
 
 from dpkd_audit import _validate
-from dpkd_audit._privacy_math import smallest_satisfying
-from dpkd_audit._shuffle_math import numerical_epsilon
+from dpkd_audit._math.privacy import smallest_satisfying
+from dpkd_audit._math.shuffle import numerical_epsilon
 from dpkd_audit.accountants import PureAccountant, ShuffleAccountant
-from dpkd_audit.ledger import Ledger
+from dpkd_audit.ledger.core import Ledger
 from dpkd_audit.mechanisms.base import Mechanism
 from dpkd_audit.mechanisms.rknn import (
     BitRandomizedResponse,
@@ -61,7 +61,7 @@ _CLIENT_CHUNK = 4096
 def shuffle_local_epsilon(epsilon: float, num_users: int, delta: float) -> float:
     """Largest local eps0 whose FMT21 numerical bound is <= ``epsilon`` at ``delta``.
 
-    Feldman-McMillan-Talwar 2021, Thm 3.2 / App. E (:func:`dpkd_audit._shuffle_math.
+    Feldman-McMillan-Talwar 2021, Thm 3.2 / App. E (:func:`dpkd_audit._math.shuffle.
     numerical_epsilon`, increasing in eps0). Bisection on eps0 in [epsilon, 60]; the result
     always satisfies the target (never above it). Equal to ``epsilon`` when shuffling does not
     amplify at this n and delta.

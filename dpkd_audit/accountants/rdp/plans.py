@@ -10,7 +10,7 @@ their (registered) curve into
   REPLACE_ONE, discrete Laplace with sensitivity 1); randomized response under REPLACE_SPECIAL;
   discrete Laplace with sensitivity >= 2; LNMax. Their per-event parameters are kept in arrays
   (:class:`_Group`) and evaluated for all events at once (one numpy expression per kernel, rows =
-  events, see :mod:`.rdp_curves`);
+  events, see :mod:`.curves`);
 - "generic" curves (any other registered curve), evaluated per distinct event (cached);
 - "lazy" curves, expensive per order (the subsampled Gaussian): evaluated only at the orders
   the order search visits.
@@ -30,9 +30,9 @@ import numpy as np
 from dp_accounting import dp_event as _dp
 
 from dpkd_audit import _validate
-from dpkd_audit.accountants import rdp_registry as _registry
 from dpkd_audit.accountants.base import NeighboringRelation, UnsupportedEventError
-from dpkd_audit.accountants.rdp_curves import (
+from dpkd_audit.accountants.rdp import registry as _registry
+from dpkd_audit.accountants.rdp.curves import (
     _LAPLACE_DIRECT_MIN,
     _dlap_params,
     _dlap_rows,
@@ -46,7 +46,7 @@ from dpkd_audit.accountants.rdp_curves import (
     _rr_special_rows,
     _sym3_rows,
 )
-from dpkd_audit.accountants.rdp_registry import (
+from dpkd_audit.accountants.rdp.registry import (
     _PROBE_ORDER,
     _bit_rr_curve,
     _declared_pure_curve,
@@ -64,7 +64,7 @@ from dpkd_audit.accountants.rdp_registry import (
     is_data_dependent,
     rdp_curve,
 )
-from dpkd_audit.accountants.rdp_subsampled import _QUAD_MAX_ORDER, SUBSAMPLED_NOISE_RANGE
+from dpkd_audit.accountants.rdp.subsampled import _QUAD_MAX_ORDER, SUBSAMPLED_NOISE_RANGE
 from dpkd_audit.events import BitRandomizedResponseDpEvent, LaplaceNoisyMaxDpEvent
 
 _PLAN_CACHE_SIZE = 1 << 16
@@ -110,13 +110,13 @@ class _Kernel:
 
 
 def _lnmax_matrix(b: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """LNMax (:func:`.rdp_registry._lnmax_curve`): min(RR(2/b), 2 Laplace(1/b)) per b (rows)."""
+    """LNMax (:func:`.registry._lnmax_curve`): min(RR(2/b), 2 Laplace(1/b)) per b (rows)."""
     with np.errstate(over="ignore"):  # a scale below 2/1.8e308: eps = inf, the curve inf
         return np.minimum(_pure_matrix(2.0 / b, alpha), 2.0 * _laplace_matrix(1.0 / b, alpha))
 
 
 def _laplace_grid_row(param: tuple[float, ...], grid: _Grid) -> np.ndarray:
-    """:func:`.rdp_curves._laplace_matrix` of one eps at the grid's finite orders.
+    """:func:`.curves._laplace_matrix` of one eps at the grid's finite orders.
 
     The direct form from the grid's cached constants -(2alpha-1), (alpha-1)/(2alpha-1) and
     1/(alpha-1); the cancellation-free form (small alpha eps) goes through _laplace_matrix.
@@ -140,7 +140,7 @@ def _laplace_grid_row(param: tuple[float, ...], grid: _Grid) -> np.ndarray:
 
 
 def _laplace_scalar(param: tuple[float, ...], alpha: float) -> float:
-    """:func:`.rdp_curves._laplace_matrix` of one eps at one finite order (scalar arithmetic)."""
+    """:func:`.curves._laplace_matrix` of one eps at one finite order (scalar arithmetic)."""
     eps = param[0]
     if alpha * eps < _LAPLACE_DIRECT_MIN:
         return float(_laplace_matrix(np.array([eps]), np.array([alpha]))[0, 0])
@@ -151,7 +151,7 @@ def _laplace_scalar(param: tuple[float, ...], alpha: float) -> float:
 def _laplace_weighted(group: _Group, alpha: float) -> float:
     """sum_i w_i Laplace(eps_i) at one order: sum w eps + (1/t) sum w log1p(...) (direct form).
 
-    The direct form of :func:`.rdp_curves._laplace_matrix` summed with the weights before the
+    The direct form of :func:`.curves._laplace_matrix` summed with the weights before the
     division by t (same relative accuracy: the cancellation of eps against the log term is the
     same, per row or summed); the cancellation-free form where alpha min(eps) < 1e-3.
     """
@@ -224,7 +224,7 @@ def _gaussian_plan(noise_multiplier: float) -> _Plan:
 
 
 def _pure_plan(epsilon: float, weight: float = 1.0) -> _Plan:
-    """Binary randomized response with parameter eps (:func:`.rdp_curves.pure_dp_rdp`)."""
+    """Binary randomized response with parameter eps (:func:`.curves.pure_dp_rdp`)."""
     eps = _positive("epsilon", epsilon)
     if math.isinf(eps):
         return _INF_PLAN
@@ -324,7 +324,7 @@ def _poisson_plan(event: _dp.PoissonSampledDpEvent, relation: NeighboringRelatio
     if s == 0.0:
         return _INF_PLAN
     if q == 1.0 or not SUBSAMPLED_NOISE_RANGE[0] <= s <= SUBSAMPLED_NOISE_RANGE[1]:
-        return _gaussian_plan(s)  # dominating outside the computed range (rdp_subsampled)
+        return _gaussian_plan(s)  # dominating outside the computed range (subsampled)
     return _Plan("lazy")
 
 

@@ -38,13 +38,13 @@ PoissonSampledDpEvent(q, Gaussian)    Mironov-Talwar-Zhang 2019 (ADD_OR_REMOVE_O
 refused with an ``UnsupportedEventError`` naming them and saying why. Other modules (e.g. the
 PATE data-dependent analysis) add curves through :func:`register_rdp_curve`.
 
-Conversion to (epsilon, delta) (:mod:`.rdp_conversion`): for every order, the improved
+Conversion to (epsilon, delta) (:mod:`.conversion`): for every order, the improved
 conversion of Balle, Barthe, Gaboardi, Hsu, Sato, "Hypothesis testing interpretations and Renyi
 differential privacy", AISTATS 2020, Theorem 21 (= Canonne-Kamath-Steinke 2020, Proposition 12),
 never above the classic Mironov 2017 Proposition 3, plus the order-free Bretagnolle-Huber bound
 delta(eps) <= TV <= sqrt(1 - exp(-KL)) <= sqrt(1 - exp(-rho(alpha))) (KL <= D_alpha by van
 Erven-Harremoes 2014, Theorem 3) that dp_accounting also uses; it can certify epsilon = 0 (see
-:func:`.rdp_conversion._tv_bound`). The order is optimised on a dense log-scale grid (alpha - 1
+:func:`.conversion._tv_bound`). The order is optimised on a dense log-scale grid (alpha - 1
 from 1e-3 to 1e4, plus dp_accounting's default orders and alpha = inf), then refined on the
 continuous curve between the best grid point's neighbours (Brent's method on exact values).
 Every bound returned is computed from the exact total RDP at the order reported in
@@ -54,13 +54,13 @@ Speed (issues 3 and 9, "online" use: one compose per event, a query after each):
 accountant keeps running totals on the grid instead of re-summing every distinct event's curve
 at each query; events whose curves form a family (Gaussian-like lines a + b alpha, Laplace,
 binary and k-ary randomized response and the pure-DP events, discrete Laplace, LNMax) are
-evaluated together, one vectorised expression per family (:mod:`.rdp_plans`); the refinement
+evaluated together, one vectorised expression per family (:mod:`.plans`); the refinement
 keeps a few exact off-grid totals near its last optimum as running totals too, and steps to the
 minimiser of a local interpolation model with an error term, so that an online query usually
-needs one new exact evaluation (:mod:`.rdp_search`); the subsampled Gaussian, costly per order,
+needs one new exact evaluation (:mod:`.search`); the subsampled Gaussian, costly per order,
 is evaluated only at the orders a quasi-convex search visits, with running sums on a window of
 grid orders around the optimum (see ``RDPAccountant._optimise``). Beyond
-``rdp_search._LAZY_POLISH_MAX`` (8) distinct subsampled Gaussians the answer is the best grid
+``search._LAZY_POLISH_MAX`` (8) distinct subsampled Gaussians the answer is the best grid
 order, not refined off the grid: each off-grid order would cost one quadrature or series per
 such event. Query results are cached until the next compose. ``python
 benchmarks/rdp_online.py`` compares the timings with dp_accounting's.
@@ -71,10 +71,10 @@ every relation, as in dp_accounting's ``RdpAccountant`` and in the mechanisms of
 which declare replace-one sensitivities). dp_accounting's ``PLDAccountant`` instead shifts a
 Gaussian by 2 under REPLACE_ONE (remove + add); compare with it under ADD_OR_REMOVE_ONE.
 
-Layout: :mod:`.rdp_curves` (closed-form curves and their batched kernels),
-:mod:`.rdp_subsampled` (subsampled Gaussian), :mod:`.rdp_registry` (event -> curve),
-:mod:`.rdp_plans` (how the accountant groups events), :mod:`.rdp_search` (the order search),
-:mod:`.rdp_conversion` (RDP -> (epsilon, delta)); this module holds the accountant (its state and
+Layout: :mod:`.curves` (closed-form curves and their batched kernels),
+:mod:`.subsampled` (subsampled Gaussian), :mod:`.registry` (event -> curve),
+:mod:`.plans` (how the accountant groups events), :mod:`.search` (the order search),
+:mod:`.conversion` (RDP -> (epsilon, delta)); this module holds the accountant (its state and
 running totals) and re-exports the public names.
 """
 
@@ -90,20 +90,20 @@ import numpy as np
 from dp_accounting import dp_event as _dp
 
 from dpkd_audit import _validate
-from dpkd_audit.accountants import rdp_registry as _registry
 from dpkd_audit.accountants.base import (
     Accountant,
     BoundKind,
     Epsilon,
     NeighboringRelation,
 )
-from dpkd_audit.accountants.rdp_conversion import (
+from dpkd_audit.accountants.rdp import registry as _registry
+from dpkd_audit.accountants.rdp.conversion import (
     _check_target_epsilon,
     _tv_from_rho,
     delta_from_rdp,
     epsilon_from_rdp,
 )
-from dpkd_audit.accountants.rdp_curves import (
+from dpkd_audit.accountants.rdp.curves import (
     _as_orders,
     discrete_laplace_rdp,
     gaussian_rdp,
@@ -111,8 +111,8 @@ from dpkd_audit.accountants.rdp_curves import (
     pure_dp_rdp,
     randomized_response_rdp,
 )
-from dpkd_audit.accountants.rdp_plans import _grid_for, _Group, _Kernel, _plan
-from dpkd_audit.accountants.rdp_registry import (
+from dpkd_audit.accountants.rdp.plans import _grid_for, _Group, _Kernel, _plan
+from dpkd_audit.accountants.rdp.registry import (
     _CACHE_SIZE,
     _LAZY_MEMO,
     _LAZY_OFFGRID,
@@ -124,12 +124,12 @@ from dpkd_audit.accountants.rdp_registry import (
     register_rdp_curve,
     unregister_rdp_curve,
 )
-from dpkd_audit.accountants.rdp_search import _OrderSearch, _Pool
-from dpkd_audit.accountants.rdp_subsampled import _sgm_log_a_frac as _sgm_log_a_frac
-from dpkd_audit.accountants.rdp_subsampled import _sgm_log_a_int as _sgm_log_a_int
-from dpkd_audit.accountants.rdp_subsampled import _sgm_log_a_quad as _sgm_log_a_quad
-from dpkd_audit.accountants.rdp_subsampled import _sgm_log_a_quads as _sgm_log_a_quads
-from dpkd_audit.accountants.rdp_subsampled import subsampled_gaussian_rdp
+from dpkd_audit.accountants.rdp.search import _OrderSearch, _Pool
+from dpkd_audit.accountants.rdp.subsampled import _sgm_log_a_frac as _sgm_log_a_frac
+from dpkd_audit.accountants.rdp.subsampled import _sgm_log_a_int as _sgm_log_a_int
+from dpkd_audit.accountants.rdp.subsampled import _sgm_log_a_quad as _sgm_log_a_quad
+from dpkd_audit.accountants.rdp.subsampled import _sgm_log_a_quads as _sgm_log_a_quads
+from dpkd_audit.accountants.rdp.subsampled import subsampled_gaussian_rdp
 
 __all__ = [
     "DEFAULT_ORDERS",
@@ -584,7 +584,7 @@ class RDPAccountant(_OrderSearch, Accountant):
             0 (with ``last_order`` nan) when ``target_delta`` is at least the total-variation
             bound sqrt(1 - e^{-rho}) of the composed history: the hockey-stick divergence at
             epsilon = 0 is the total variation distance, so the history is then (0, delta)-DP
-            (see :func:`.rdp_conversion._tv_bound`).
+            (see :func:`.conversion._tv_bound`).
         """
         if not (type(target_delta) is float and 0.0 <= target_delta <= 1.0):
             target_delta = _validate.check_probability("target_delta", target_delta)
@@ -623,7 +623,7 @@ class RDPAccountant(_OrderSearch, Accountant):
 
         The order-free bound sqrt(1 - e^{-rho}) >= TV >= delta(epsilon) is returned (with
         ``last_order`` nan) when it is smaller than every order's bound; it is 0 when the total
-        RDP vanishes at some order (see :func:`.rdp_conversion._tv_bound`).
+        RDP vanishes at some order (see :func:`.conversion._tv_bound`).
         """
         target_epsilon = _check_target_epsilon(target_epsilon)
         self._sync()

@@ -20,7 +20,7 @@ from dp_accounting import dp_event as _dp
 
 from dpkd_audit import _validate
 from dpkd_audit.accountants.base import NeighboringRelation, UnsupportedEventError
-from dpkd_audit.accountants.rdp_curves import (
+from dpkd_audit.accountants.rdp.curves import (
     _as_orders,
     _with_limit,
     discrete_laplace_rdp,
@@ -29,7 +29,7 @@ from dpkd_audit.accountants.rdp_curves import (
     pure_dp_rdp,
     randomized_response_rdp,
 )
-from dpkd_audit.accountants.rdp_subsampled import subsampled_gaussian_rdp
+from dpkd_audit.accountants.rdp.subsampled import subsampled_gaussian_rdp
 from dpkd_audit.events import (
     ApproxDpEvent,
     BitRandomizedResponseDpEvent,
@@ -216,7 +216,7 @@ _REGISTRY: dict[type, _Entry] = {}
 #: Bumped by every (un)registration: accountants rebuild their running totals when it changes.
 _REGISTRY_VERSION = 0
 #: (event, relation) -> plan: how an accountant adds the event's curve (filled and used by
-#: :mod:`.rdp_plans`; cleared here whenever the registry changes).
+#: :mod:`.plans`; cleared here whenever the registry changes).
 _PLANS: dict[tuple[_dp.DpEvent, NeighboringRelation], Any] = {}
 #: (event, relation, grid key) -> curve on that grid, nan where not evaluated yet (expensive
 #: curves are evaluated lazily, order by order, during the order search; LRU-bounded).

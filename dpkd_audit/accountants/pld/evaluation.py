@@ -15,7 +15,7 @@ import numpy as np
 from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as _pld
 
-from dpkd_audit._privacy_math import analytic_gaussian_delta, smallest_satisfying
+from dpkd_audit._math.privacy import analytic_gaussian_delta, smallest_satisfying
 
 
 @functools.lru_cache(maxsize=4)  # keyed by pmf identity: the composed history's pmfs

@@ -17,7 +17,7 @@ its numerical quirks from reaching users (each measured in tests/test_accountant
    Two-atom pairs (every pure or (eps, delta) event) as a binomial (Kairouz-Oh-Viswanath 2015,
    Thm 3.3); PLDs whose losses lie on a lattice L Z (k-ary randomized response: +-L and 0;
    discrete Laplace) as a power of their generating polynomial, by repeated squaring with
-   direct convolutions (:mod:`dpkd_audit.accountants.pld_exact`). 1000-fold 10-ary RR takes
+   direct convolutions (:mod:`dpkd_audit.accountants.pld.exact`). 1000-fold 10-ary RR takes
    milliseconds instead of ~10 s of FFT squaring over a 5e7-point grid.
 3. Other self-compositions use repeated squaring of dp_accounting's FFT convolution, 10-1000x
    more accurate in the tails than its one-shot FFT power ``self_compose``.
@@ -110,11 +110,11 @@ from dp_accounting import dp_event as _dp
 from dp_accounting.pld import privacy_loss_distribution as _pld
 
 from dpkd_audit import _validate
-from dpkd_audit._privacy_math import analytic_gaussian_delta
+from dpkd_audit._math.privacy import analytic_gaussian_delta
 from dpkd_audit.accountants.base import Accountant, BoundKind, Epsilon, NeighboringRelation
 from dpkd_audit.accountants.binomial import MAX_EXACT_COUNT
-from dpkd_audit.accountants.pld_eval import _gaussian_epsilon, _pld_delta, _pld_epsilon
-from dpkd_audit.accountants.pld_specs import (
+from dpkd_audit.accountants.pld.evaluation import _gaussian_epsilon, _pld_delta, _pld_epsilon
+from dpkd_audit.accountants.pld.specs import (
     _MAX_GRID_POINTS,
     _MAX_SUBSAMPLED_GAUSSIAN_NOISE,
     _MIN_MIXED_GAUSSIAN_NOISE,

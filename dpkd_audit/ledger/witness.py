@@ -1,6 +1,6 @@
 """A keyed ledger's witness: what this machine last saw of it, kept outside the ledger file.
 
-A keyed ledger's chain (``ledger_chain``) stops a writer without the key from forging charges,
+A keyed ledger's chain (``chain``) stops a writer without the key from forging charges,
 but everything it checks lives in the file, so two attacks on the file alone get through (issue
 33): putting back an earlier head with the rows after it deleted (a rollback to an earlier,
 validly tagged state: charges vanish), and stripping the MAC (rewriting the whole file as an
@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from dpkd_audit.errors import LedgerCorruptError, LedgerKeyError
-from dpkd_audit.ledger_chain import Chain
-from dpkd_audit.ledger_identity import canonical_json
-from dpkd_audit.ledger_store import is_open_ledger
+from dpkd_audit.ledger.chain import Chain
+from dpkd_audit.ledger.identity import canonical_json
+from dpkd_audit.ledger.store import is_open_ledger
 
 __all__ = ["WITNESS_DIR_ENV", "check_witness", "witness_dir", "witness_path", "write_witness"]
 

@@ -22,7 +22,7 @@ from dp_accounting.pld import privacy_loss_distribution as _pld
 from scipy import special
 
 from dpkd_audit.accountants.base import NeighboringRelation
-from dpkd_audit.accountants.pld_exact import (
+from dpkd_audit.accountants.pld.exact import (
     LatticeAtoms,
     binomial_pld,
     lattice_pld,
@@ -289,7 +289,7 @@ def _spec_power(spec: _Spec, count: int, interval: float) -> _pld.PrivacyLossDis
 
     Exact compositions discretised once where the PLD is finite: a binomial for the two-atom
     pairs (KOV 2015, Thm 3.3), a lattice power otherwise (randomized response, discrete
-    Laplace; see :mod:`dpkd_audit.accountants.pld_exact`). Repeated FFT squaring for the
+    Laplace; see :mod:`dpkd_audit.accountants.pld.exact`). Repeated FFT squaring for the
     other PLDs.
     """
     if spec[0] in ("binary-rr", "approx-dp"):

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from dpkd_audit import _validate
-from dpkd_audit.accountants.rdp_curves import _as_orders
+from dpkd_audit.accountants.rdp.curves import _as_orders
 
 __all__ = ["delta_from_rdp", "epsilon_from_rdp"]
 

@@ -26,7 +26,7 @@ import numpy as np
 from scipy import special
 
 from dpkd_audit import _validate
-from dpkd_audit.accountants.rdp_curves import _as_orders, _with_limit, gaussian_rdp
+from dpkd_audit.accountants.rdp.curves import _as_orders, _with_limit, gaussian_rdp
 
 __all__ = ["subsampled_gaussian_rdp"]
 

@@ -15,7 +15,7 @@ Without a key the digests are plain SHA-256: they detect accidental damage and n
 can recompute them. With a key (HMAC-SHA256, Bellare-Canetti-Krawczyk 1996; RFC 2104) a writer
 without the key cannot produce a valid chain or head. Neither, on its own, protects against
 deleting the whole file or putting back an older copy of it; for keyed ledgers the witness
-(:mod:`dpkd_audit.ledger_witness`) does, on the machine that used the ledger.
+(:mod:`dpkd_audit.ledger.witness`) does, on the machine that used the ledger.
 
 The key comes from ``key=`` / ``key_file=``, or else from the environment: ``DPKD_LEDGER_KEY``
 (the key itself) or ``DPKD_LEDGER_KEY_FILE`` (a file holding it).
@@ -30,8 +30,8 @@ import stat
 from pathlib import Path
 
 from dpkd_audit.errors import LedgerKeyError
-from dpkd_audit.ledger_identity import canonical_json
-from dpkd_audit.ledger_store import is_open_ledger
+from dpkd_audit.ledger.identity import canonical_json
+from dpkd_audit.ledger.store import is_open_ledger
 
 __all__ = ["KEY_ENV", "KEY_FILE_ENV", "MIN_KEY_BYTES", "Chain", "resolve_key"]
 
@@ -102,7 +102,7 @@ def _read_key_file(path: Path) -> bytes:
     """The key file's bytes; refuses (without blocking) anything but a small regular file.
 
     A ledger this process has open is refused before it is opened (closing a descriptor of it
-    would drop the locks of a charge in flight: :func:`dpkd_audit.ledger_store.is_open_ledger`),
+    would drop the locks of a charge in flight: :func:`dpkd_audit.ledger.store.is_open_ledger`),
     and any SQLite database after reading (a key file is never one).
     """
     if is_open_ledger(path):
@@ -168,7 +168,7 @@ class Chain:
         return self._f("charge", canonical_json([prev, seq, label, event, repr(created), pid]))
 
     def witness(self, payload: str) -> str:
-        """The tag of a witness record (:mod:`dpkd_audit.ledger_witness`), under the key."""
+        """The tag of a witness record (:mod:`dpkd_audit.ledger.witness`), under the key."""
         return self._f("witness", payload)
 
     def head(self, count: int, digest: str, genesis: str) -> str:

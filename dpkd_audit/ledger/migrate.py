@@ -13,9 +13,8 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from dpkd_audit import ledger_store as _store
 from dpkd_audit.accountants.base import Accountant
 from dpkd_audit.errors import (
     LedgerAccessError,
@@ -24,14 +23,22 @@ from dpkd_audit.errors import (
     LedgerVersionError,
 )
 from dpkd_audit.events import event_from_json
-
-if TYPE_CHECKING:
-    from dpkd_audit.ledger import Ledger
-
-#: As ``dpkd_audit.ledger.BUDGET_RTOL`` (not imported: that module imports this one lazily).
-BUDGET_RTOL = 1e-12
+from dpkd_audit.ledger import store as _store
+from dpkd_audit.ledger.identity import BUDGET_RTOL
 
 __all__ = ["migrate_schema1"]
+
+
+class _LedgerClass(Protocol):
+    """What :func:`migrate_schema1` needs of the ledger class.
+
+    ``Ledger.migrate`` hands over ``cls``, so this module does not import the one that calls it.
+    """
+
+    def __call__(self, **kwargs: Any) -> Any: ...
+
+    def open(self, path: Any, **kwargs: Any) -> Any: ...
+
 
 _V1_GENESIS = "0" * 64
 
@@ -40,7 +47,7 @@ def _v1_digest(prev: str, seq: int, label: str, event_json: str) -> str:
     return hashlib.sha256(f"{prev}\x1f{seq}\x1f{label}\x1f{event_json}".encode()).hexdigest()
 
 
-def migrate_schema1(cls: type[Ledger], path: Path, *, accountant: Accountant, timeout: float,
+def migrate_schema1(cls: _LedgerClass, path: Path, *, accountant: Accountant, timeout: float,
                     key: bytes | str | None, key_file: str | os.PathLike | None) -> Path:
     """Rewrite the schema-1 ledger at ``path`` in the current format; return the backup's path.
 

@@ -29,6 +29,7 @@ import numpy as np
 from dpkd_audit.accountants.base import Accountant, NeighboringRelation
 
 __all__ = [
+    "BUDGET_RTOL",
     "LedgerIdentity",
     "accountant_from_spec",
     "accountant_spec",
@@ -36,6 +37,10 @@ __all__ = [
     "describe_accountant",
     "parse_spec",
 ]
+
+#: Relative slack on the budget comparison, absorbing float rounding of sums such as
+#: 10 x 0.1 (an overspend of at most 1e-12 of the budget).
+BUDGET_RTOL = 1e-12
 
 
 def canonical_json(value: Any) -> str:

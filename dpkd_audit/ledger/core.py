@@ -6,7 +6,7 @@ recorded) if the composed epsilon at the budget's delta would exceed the budget 
 otherwise it records the charge and only then returns, so a mechanism releases its output only
 after its cost is on record.
 
-With ``path``, charges live in an SQLite file (:mod:`dpkd_audit.ledger_store`):
+With ``path``, charges live in an SQLite file (:mod:`dpkd_audit.ledger.store`):
 
 - a charge is committed (``synchronous=EXTRA``: FULL plus a directory sync) inside the charging
   call, before the mechanism samples anything: a crash (even ``kill -9``) right after ``charge``
@@ -19,7 +19,7 @@ With ``path``, charges live in an SQLite file (:mod:`dpkd_audit.ledger_store`):
   is refused (:class:`~dpkd_audit.errors.LedgerMismatchError`); ``Ledger.open(path)`` adopts it;
 - every metadata field, every charge and the head (row count and last digest, written in the
   same transaction as each charge) are covered by a chain of SHA-256 digests, or HMAC-SHA256
-  with a key (:mod:`dpkd_audit.ledger_chain`); a file that was damaged, edited, truncated or is
+  with a key (:mod:`dpkd_audit.ledger.chain`); a file that was damaged, edited, truncated or is
   not a ledger is refused (:class:`~dpkd_audit.errors.LedgerCorruptError`), never reset.
   Without a key the chain detects accidental damage and naive edits only; nothing here protects
   against deleting the whole file or putting back an older copy of it.
@@ -44,7 +44,6 @@ from typing import Any
 from dp_accounting import dp_event as _dp
 
 from dpkd_audit import _validate
-from dpkd_audit import ledger_store as _store
 from dpkd_audit.accountants.base import Accountant, Epsilon
 from dpkd_audit.accountants.pure import PureAccountant
 from dpkd_audit.errors import (
@@ -57,21 +56,19 @@ from dpkd_audit.errors import (
     LedgerVersionError,
 )
 from dpkd_audit.events import event_from_json, event_to_json
-from dpkd_audit.ledger_chain import Chain, resolve_key
-from dpkd_audit.ledger_identity import (
+from dpkd_audit.ledger import store as _store
+from dpkd_audit.ledger.chain import Chain, resolve_key
+from dpkd_audit.ledger.identity import (
+    BUDGET_RTOL,
     LedgerIdentity,
     accountant_from_spec,
     accountant_spec,
     canonical_json,
     parse_spec,
 )
-from dpkd_audit.ledger_witness import check_witness, write_witness
+from dpkd_audit.ledger.witness import check_witness, write_witness
 
 __all__ = ["BUDGET_RTOL", "Charge", "Ledger", "SpentBudget"]
-
-#: Relative slack on the budget comparison, absorbing float rounding of sums such as
-#: 10 x 0.1 (an overspend of at most 1e-12 of the budget).
-BUDGET_RTOL = 1e-12
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -184,12 +181,8 @@ class Ledger:
         """
         if not isinstance(read_only, bool):
             raise ValueError(f"read_only must be a bool; got {read_only!r}")
-        path = _store.check_path(path)
-        if not _store.preflight(path):
-            raise LedgerAccessError(f"no ledger at {path} (Ledger.open never creates one; "
-                                    "Ledger(epsilon=..., path=...) does)")
         self = cls.__new__(cls)
-        self._setup(accountant, path, timeout, read_only=read_only)
+        self._setup(accountant, path, timeout, read_only=read_only)  # the one path check
         self._chain = Chain(resolve_key(key, key_file)[0])
         self._attach(adopt=True)
         return self
@@ -435,9 +428,10 @@ class Ledger:
 
     def _attach(self, *, adopt: bool) -> None:
         path: Path = self._path  # type: ignore[assignment]
-        if not _store.preflight(path):
+        if not _store.preflight(path):  # the one look before SQLite touches the file
             if adopt:
-                raise LedgerAccessError(f"no ledger at {path} (it vanished while opening)")
+                raise LedgerAccessError(f"no ledger at {path} (Ledger.open never creates one; "
+                                        "Ledger(epsilon=..., path=...) does)")
             check_witness(path, self._chain, exists=False)  # a keyed ledger here is never reset
             self._create_file(path)
         _store.check_header(path)
@@ -461,7 +455,7 @@ class Ledger:
             self._witness()
 
     def _witness(self) -> None:
-        """Record this keyed ledger's state outside the file (:mod:`.ledger_witness`)."""
+        """Record this keyed ledger's state outside the file (:mod:`.witness`)."""
         write_witness(self._path, self._chain,  # type: ignore[arg-type]
                       ledger_id=self._meta["ledger_id"], count=len(self._charges),
                       digest=self._last_digest)
@@ -649,12 +643,12 @@ class Ledger:
         The old file's chain is verified and its stored accountant *name* must match
         ``accountant``; the configuration (orders, relation...) was never stored, so the caller
         states it. Run it while no process uses the ledger. Implemented in
-        :mod:`dpkd_audit.ledger_migrate`.
+        :mod:`dpkd_audit.ledger.migrate`.
 
         Returns:
             The path of the backup of the old file (``PATH.schema1.bak``).
         """
-        from dpkd_audit.ledger_migrate import migrate_schema1
+        from dpkd_audit.ledger.migrate import migrate_schema1
 
         return migrate_schema1(cls, _store.check_path(path), accountant=accountant, timeout=timeout,
                                key=key, key_file=key_file)

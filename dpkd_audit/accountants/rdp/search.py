@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from dpkd_audit.accountants.rdp_plans import _Grid
+from dpkd_audit.accountants.rdp.plans import _Grid
 
 _POLISH_STEPS = 80  # at most this many single-order steps (sharp minima need golden steps)
 _POLISH_RTOL = 1e-12  # stop once the parabola promises less than this (relative) gain
@@ -185,7 +185,7 @@ class _OrderSearch:
         epsilon = rho + log1p(-1/alpha) - (log delta + log alpha) / (alpha - 1) and log delta =
         (alpha - 1)(rho - eps + log1p(-1/alpha)) - log alpha (capped at 0): Balle et al. 2020,
         Theorem 21 (= Canonne-Kamath-Steinke 2020, Proposition 12), as
-        :func:`.rdp_conversion._eps_at` and :func:`.rdp_conversion._log_delta_at`; Mironov
+        :func:`.conversion._eps_at` and :func:`.conversion._log_delta_at`; Mironov
         2017's Proposition 3 is never smaller (its extra terms log1p(-1/alpha) and
         -log(alpha)/(alpha-1) are negative), so it is not formed.
         """
