@@ -23,7 +23,7 @@ from dpkd_audit import _validate
 from dpkd_audit.accountants.dp_sgd import DpSgdAccountant
 from dpkd_audit.audit.training import OneRunBound, one_run_bound, one_run_guesses
 from dpkd_audit.data import Dataset
-from dpkd_audit.ledger.core import Ledger
+from dpkd_audit.ledger import Ledger
 from dpkd_audit.pipelines.common.canaries import GradientCanaries
 from dpkd_audit.pipelines.common.dp_teacher import DpSgdConfig, DpSgdPlan, train_dp_teacher
 from dpkd_audit.pipelines.common.teacher import TeacherConfig
