@@ -46,7 +46,7 @@ from sklearn.datasets import load_digits
 
 from dpkd_audit.accountants import NeighboringRelation
 from dpkd_audit.accountants.dp_sgd import DpSgdAccountant, DpSgdSchedule, dp_sgd_epsilon
-from dpkd_audit.accountants.pld.accountant import PLDAccountant
+from dpkd_audit.accountants.pld import PLDAccountant
 from dpkd_audit.audit import optimal_attainable_bound
 from dpkd_audit.audit.one_run_gaussian import one_run_gaussian
 from dpkd_audit.audit.training import canary_inclusion, many_run_bound, one_run_bound

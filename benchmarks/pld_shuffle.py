@@ -42,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from shuffle_reference import old_numerical_epsilon
 
 from dpkd_audit.accountants import NeighboringRelation
+from dpkd_audit.accountants.pld import PLDAccountant
 from dpkd_audit.accountants.pld import evaluation as pld_eval
 from dpkd_audit.accountants.pld import specs as pld_specs
-from dpkd_audit.accountants.pld.accountant import PLDAccountant
 
 DELTA_RR = 1e-5
 INTERVAL = 1e-4

@@ -15,7 +15,7 @@ from dpkd_audit.errors import (
     LedgerMismatchError,
     LedgerVersionError,
 )
-from dpkd_audit.ledger.core import Charge, Ledger, SpentBudget
+from dpkd_audit.ledger import Charge, Ledger, SpentBudget
 
 try:  # one source of truth: the version in pyproject.toml, as installed
     __version__ = _metadata.version("dpkd-audit")

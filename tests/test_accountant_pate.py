@@ -49,7 +49,7 @@ from dpkd_audit.accountants.pate import (
     lnmax_rdp,
     smooth_sensitivity_release_cost,
 )
-from dpkd_audit.accountants.rdp.accountant import RDPAccountant, epsilon_from_rdp, rdp_curve
+from dpkd_audit.accountants.rdp import RDPAccountant, epsilon_from_rdp, rdp_curve
 from dpkd_audit.events import GaussianNoisyMaxDpEvent, LaplaceNoisyMaxDpEvent, PureDpEvent
 from dpkd_audit.mechanisms.pate import GaussianNoisyMax
 

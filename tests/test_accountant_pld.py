@@ -44,9 +44,9 @@ from dpkd_audit.accountants import (
     PureAccountant,
     UnsupportedEventError,
 )
+from dpkd_audit.accountants.pld import PLDAccountant, laplace_delta, laplace_epsilon
 from dpkd_audit.accountants.pld import evaluation as pld_eval
 from dpkd_audit.accountants.pld import specs as pld_specs
-from dpkd_audit.accountants.pld.accountant import PLDAccountant, laplace_delta, laplace_epsilon
 from dpkd_audit.events import (
     ApproxDpEvent,
     BitRandomizedResponseDpEvent,

@@ -25,10 +25,10 @@ from dp_accounting.pld import privacy_loss_distribution as dp_pld_dist
 from scipy import special
 from work_bounds import MB, peak_bytes
 
+from dpkd_audit.accountants.pld import PLDAccountant
 from dpkd_audit.accountants.pld import evaluation as pld_eval
 from dpkd_audit.accountants.pld import exact as pld_exact
 from dpkd_audit.accountants.pld import specs as pld_specs
-from dpkd_audit.accountants.pld.accountant import PLDAccountant
 from dpkd_audit.events import ApproxDpEvent, PureDpEvent
 
 H = 1e-4

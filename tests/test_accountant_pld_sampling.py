@@ -31,7 +31,7 @@ from dp_accounting.pld import privacy_loss_distribution as dp_pld_dist
 
 from dpkd_audit._math.privacy import smallest_satisfying
 from dpkd_audit.accountants import NeighboringRelation, UnsupportedEventError
-from dpkd_audit.accountants.pld.accountant import PLDAccountant
+from dpkd_audit.accountants.pld import PLDAccountant
 from dpkd_audit.events import PureDpEvent
 
 H = 1e-3  # dp_accounting's mixture PLD takes ~30 s to build at 1e-4

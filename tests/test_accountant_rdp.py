@@ -33,7 +33,7 @@ from dpkd_audit.accountants.base import (
     NeighboringRelation,
     UnsupportedEventError,
 )
-from dpkd_audit.accountants.rdp.accountant import (
+from dpkd_audit.accountants.rdp import (
     DEFAULT_ORDERS,
     DP_ACCOUNTING_DEFAULT_ORDERS,
     RDPAccountant,

@@ -18,9 +18,7 @@ import pytest
 from dp_accounting import dp_event as _dp
 
 from dpkd_audit.accountants.base import NeighboringRelation, UnsupportedEventError
-from dpkd_audit.accountants.rdp import curves as rdp_curves
-from dpkd_audit.accountants.rdp import plans as rdp_plans
-from dpkd_audit.accountants.rdp.accountant import (
+from dpkd_audit.accountants.rdp import (
     DEFAULT_ORDERS,
     RDPAccountant,
     discrete_laplace_rdp,
@@ -30,6 +28,8 @@ from dpkd_audit.accountants.rdp.accountant import (
     rdp_curve,
     subsampled_gaussian_rdp,
 )
+from dpkd_audit.accountants.rdp import curves as rdp_curves
+from dpkd_audit.accountants.rdp import plans as rdp_plans
 from dpkd_audit.accountants.rdp.subsampled import _sgm_log_a_frac, _sgm_log_a_quads
 
 REPLACE_ONE = NeighboringRelation.REPLACE_ONE

@@ -19,7 +19,7 @@ from dp_accounting.rdp import rdp_privacy_accountant as _dpa_rdp
 from scipy import optimize
 
 from dpkd_audit.accountants.base import NeighboringRelation, UnsupportedEventError
-from dpkd_audit.accountants.rdp.accountant import (
+from dpkd_audit.accountants.rdp import (
     DEFAULT_ORDERS,
     RDPAccountant,
     delta_from_rdp,

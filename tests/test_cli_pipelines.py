@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dpkd_audit.cli.main import main
-from dpkd_audit.ledger.core import Ledger
+from dpkd_audit.ledger import Ledger
 
 FAST = ["--dataset", "digits", "--clusters", "20", "--student-epochs", "2", "--quiet"]
 

@@ -16,7 +16,7 @@ import torch
 from dpkd_audit.accountants.advanced import dgd_published_epsilon
 from dpkd_audit.data import load_dataset
 from dpkd_audit.errors import BudgetExceededError
-from dpkd_audit.ledger.core import Ledger
+from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms import LaplaceNoisyMax
 from dpkd_audit.pipelines.common.dp_statistics import StatisticsConfig
 from dpkd_audit.pipelines.common.dp_teacher import DpSgdConfig

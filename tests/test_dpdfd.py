@@ -16,7 +16,7 @@ from dpkd_audit.accountants.dp_sgd import DpSgdAccountant, dp_sgd_epsilon
 from dpkd_audit.cli.main import main
 from dpkd_audit.errors import BudgetExceededError
 from dpkd_audit.events import SelectiveRandomizedResponseDpEvent
-from dpkd_audit.ledger.core import Ledger
+from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms.selective_rr import SelectiveRandomizedResponse
 from dpkd_audit.pipelines import dpdfd
 from dpkd_audit.pipelines.common.distill import DistillConfig

@@ -305,7 +305,7 @@ def _tiny_teacher():
 
 def _exact_sum(teacher, images, config):
     """The unnoised sum, by releasing it with a mechanism of negligible noise."""
-    from dpkd_audit.ledger.core import Ledger
+    from dpkd_audit.ledger import Ledger
     from dpkd_audit.mechanisms import TextbookGaussian
     from dpkd_audit.pipelines.common.dp_statistics import release_feature_statistics
 
@@ -390,7 +390,7 @@ def test_statistics_release_is_charged_before_it_exists_and_refused_without_budg
 
     from dpkd_audit.errors import BudgetExceededError
     from dpkd_audit.events import DiscreteGaussianVectorDpEvent
-    from dpkd_audit.ledger.core import Ledger
+    from dpkd_audit.ledger import Ledger
     from dpkd_audit.pipelines.common.dp_statistics import (
         StatisticsConfig,
         release_feature_statistics,

@@ -348,7 +348,7 @@ def test_srr_batch_charges_the_ledger_before_drawing_and_never_on_bad_input():
     from dp_accounting import dp_event as _dp
 
     from dpkd_audit.errors import BudgetExceededError
-    from dpkd_audit.ledger.core import Ledger
+    from dpkd_audit.ledger import Ledger
 
     mech = SelectiveRandomizedResponse(epsilon=1.0, num_classes=4)
     labels, probs = np.array([0, 1, 2]), np.tile(GOOD_PROBS, (3, 1))

@@ -22,7 +22,7 @@ from scipy import stats
 from dpkd_audit.accountants.pure import event_guarantee
 from dpkd_audit.errors import BudgetExceededError
 from dpkd_audit.events import BitRandomizedResponseDpEvent, CollisionDpEvent
-from dpkd_audit.ledger.core import Ledger
+from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms import rknn
 from dpkd_audit.mechanisms.base import Norm
 from dpkd_audit.mechanisms.rknn import (

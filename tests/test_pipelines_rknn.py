@@ -15,7 +15,7 @@ from dpkd_audit._math.shuffle import numerical_epsilon
 from dpkd_audit.data import Dataset, load_dataset, rknn_splits
 from dpkd_audit.errors import BudgetExceededError
 from dpkd_audit.events import ShuffledHistogramDpEvent, ShuffledLocalDpEvent
-from dpkd_audit.ledger.core import Ledger
+from dpkd_audit.ledger import Ledger
 from dpkd_audit.pipelines.common.manifold import ManifoldConfig
 from dpkd_audit.pipelines.common.representations import (
     RepresentationConfig,

@@ -8,7 +8,7 @@ import pytest
 
 from dpkd_audit.cli.main import main
 from dpkd_audit.events import event_to_json
-from dpkd_audit.ledger.core import Ledger
+from dpkd_audit.ledger import Ledger
 
 BASE = ["sweep", "rknn", "--dataset", "digits", "--epsilons", "0.5,1", "--seeds", "0,1",
         "--quiet"]

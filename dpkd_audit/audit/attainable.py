@@ -30,7 +30,7 @@ import numpy as np
 from dp_accounting import dp_event as _dp
 
 from dpkd_audit import _validate
-from dpkd_audit.accountants.pld.accountant import PLDAccountant
+from dpkd_audit.accountants.pld import PLDAccountant
 from dpkd_audit.audit.bounds import optimal_attainable_bound
 
 __all__ = ["attainable_epsilon", "loss_tail_events"]

@@ -46,7 +46,7 @@ def _cmd_mechanisms(args: argparse.Namespace) -> int:
 
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
-    from dpkd_audit.ledger.core import Ledger
+    from dpkd_audit.ledger import Ledger
     from dpkd_audit.ledger.identity import describe_accountant
 
     # read-only: inspecting never writes, yet still rolls back a crashed writer's journal
@@ -85,7 +85,7 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from dpkd_audit.ledger.core import Ledger
+    from dpkd_audit.ledger import Ledger
     from dpkd_audit.pipelines.quickstart import QuickstartConfig, run
 
     config = QuickstartConfig(epsilon=args.epsilon, clusters=args.clusters, k=args.k,

@@ -134,7 +134,7 @@ def _summary(record: dict[str, Any]) -> str:
 
 
 def _cmd_run_rknn(args: argparse.Namespace) -> int:
-    from dpkd_audit.ledger.core import Ledger
+    from dpkd_audit.ledger import Ledger
     from dpkd_audit.pipelines.rknn import (
         check_configs,
         ledger_for,

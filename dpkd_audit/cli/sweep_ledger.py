@@ -51,7 +51,7 @@ def reserve_sweep_budget(args: argparse.Namespace, configs: Sequence[Any],
             an existing file's budget.
         BudgetExceededError: When the sweep does not fit the budget (nothing charged).
     """
-    from dpkd_audit.ledger.core import Ledger
+    from dpkd_audit.ledger import Ledger
 
     if not getattr(args, "ledger", None):
         if getattr(args, "ledger_epsilon", None) is not None:

@@ -346,7 +346,7 @@ def run_single(args: argparse.Namespace, config: Any, *, pipeline: Any,
     run gets a fresh ledger that fits its mode. Writes ``OUT/config.json`` before the run and
     ``OUT/result.json`` after it.
     """
-    from dpkd_audit.ledger.core import Ledger
+    from dpkd_audit.ledger import Ledger
     from dpkd_audit.provenance import provenance
 
     data = pipeline.check_configs([config], data_dir=args.data_dir, progress=not args.quiet)

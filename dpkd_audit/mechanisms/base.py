@@ -28,7 +28,7 @@ from dp_accounting import dp_event as _dp
 from dpkd_audit import _validate
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dpkd_audit.ledger.core import Ledger
+    from dpkd_audit.ledger import Ledger
 
 __all__ = ["MAX_GAUSSIAN_EPSILON", "AuditView", "Guarantee", "Mechanism", "Norm", "Sensitivity"]
 

@@ -35,7 +35,7 @@ from dpkd_audit.events import SelectiveRandomizedResponseDpEvent
 from dpkd_audit.mechanisms.base import Mechanism, Norm, Sensitivity
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dpkd_audit.ledger.core import Ledger
+    from dpkd_audit.ledger import Ledger
 
 __all__ = ["SelectiveRandomizedResponse", "check_probability_vectors"]
 

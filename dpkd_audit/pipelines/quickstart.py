@@ -23,7 +23,7 @@ from sklearn.decomposition import PCA
 from sklearn.neighbors import NearestNeighbors
 
 from dpkd_audit import _validate
-from dpkd_audit.ledger.core import Ledger
+from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms.rknn import ReverseKnnCountRelease
 from dpkd_audit.pipelines.purity import cluster_purity
 

@@ -55,7 +55,7 @@ import torch
 from torch import nn
 
 from dpkd_audit import _validate
-from dpkd_audit.ledger.core import Ledger
+from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms import Gaussian, TextbookGaussian
 from dpkd_audit.pipelines.common.config import parse_enum
 from dpkd_audit.pipelines.common.teacher import TeacherConfig, build_teacher

@@ -16,7 +16,7 @@ from typing import Any
 from dp_accounting import dp_event as _dp
 
 from dpkd_audit.accountants.base import Accountant, Epsilon
-from dpkd_audit.ledger.core import Ledger
+from dpkd_audit.ledger import Ledger
 
 __all__ = ["PlanRecorder", "planned_by_check"]
 

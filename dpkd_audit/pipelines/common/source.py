@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from dpkd_audit.data import Dataset
-from dpkd_audit.ledger.core import Ledger
+from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms import Gaussian
 from dpkd_audit.pipelines.common.dp_statistics import (
     FeatureStatistics,

@@ -54,10 +54,10 @@ from torch import nn
 from dpkd_audit import _validate
 from dpkd_audit.accountants import PureAccountant
 from dpkd_audit.accountants.base import NeighboringRelation
-from dpkd_audit.accountants.rdp.accountant import RDPAccountant
+from dpkd_audit.accountants.rdp import RDPAccountant
 from dpkd_audit.errors import BudgetExceededError
 from dpkd_audit.events import event_to_json
-from dpkd_audit.ledger.core import Ledger
+from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms import Gaussian
 from dpkd_audit.mechanisms.selective_rr import SelectiveRandomizedResponse
 from dpkd_audit.pipelines.common.devices import describe_device, resolve_device

@@ -33,7 +33,7 @@ from dpkd_audit import _validate
 from dpkd_audit._math.privacy import smallest_satisfying
 from dpkd_audit._math.shuffle import numerical_epsilon
 from dpkd_audit.accountants import PureAccountant, ShuffleAccountant
-from dpkd_audit.ledger.core import Ledger
+from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms.base import Mechanism
 from dpkd_audit.mechanisms.rknn import (
     BitRandomizedResponse,
