@@ -15,7 +15,24 @@ from dpkd_audit.errors import (
     LedgerMismatchError,
     LedgerVersionError,
 )
-from dpkd_audit.ledger import Charge, Ledger, SpentBudget
+
+#: Names the top level exports from :mod:`dpkd_audit.ledger`, imported on first use (PEP 562):
+#: the ledger pulls in dp_accounting and scipy (about 2 s), which ``dpkd budget`` and
+#: ``dpkd audit`` do not need to start.
+_LEDGER_NAMES = frozenset({"Charge", "Ledger", "SpentBudget"})
+
+
+def __getattr__(name: str):
+    if name in _LEDGER_NAMES:
+        from dpkd_audit import ledger
+
+        return getattr(ledger, name)
+    raise AttributeError(f"module 'dpkd_audit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LEDGER_NAMES)
+
 
 try:  # one source of truth: the version in pyproject.toml, as installed
     __version__ = _metadata.version("dpkd-audit")

@@ -54,7 +54,8 @@ def test_default_reads_the_bits_of_float_vectors():
 def test_float_bits_refuse_integer_vectors_with_a_clear_error():
     def counts(x, n, rng):
         return x + rng.integers(0, 3, (n, 2))
-    with pytest.raises(ValueError, match="FLOAT_BITS does not apply to array outputs of dtype"):
+    with pytest.raises(ValueError, match=r"float-bits \(Attack.FLOAT_BITS\) does not apply to "
+                                         "array outputs of dtype"):
         audit_sampler(counts, 0, 1, epsilon=1.0, n=2_000, rng=rng_(0),
                       attack=Attack.FLOAT_BITS)
     # and AUTO leaves float bits out for them

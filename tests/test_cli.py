@@ -112,7 +112,7 @@ def test_audit_one_mechanism_json(capsys):
 
 def test_audit_flags_a_control_and_overrides_epsilon(capsys):
     assert main(["audit", "WrongRandomizedResponse", "--samples", "20000"]) == 1  # CI gating
-    assert "VIOLATION" in capsys.readouterr().out
+    assert "| violation |" in capsys.readouterr().out  # the records' verdict, as in JSON
     assert main(["audit", "RandomizedResponse", "--epsilon", "0.5", "--samples", "20000",
                  "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
@@ -134,7 +134,7 @@ def test_audit_all_writes_table_and_plot(tmp_path, capsys):
     from dpkd_audit.audit.suite import TEXTBOOK_CONTROLS
 
     # every control (the textbook float samplers too), nothing else
-    assert out.count("VIOLATION") == len(controls.CONTROLS) + len(TEXTBOOK_CONTROLS)
+    assert out.count("| violation |") == len(controls.CONTROLS) + len(TEXTBOOK_CONTROLS)
     assert "| SparseVector | 1 |" in out
     assert "not jointly" in out  # the 95% holds per audit
     assert plot.read_bytes()[:4] == b"\x89PNG"
@@ -164,7 +164,8 @@ def test_audit_all_audits_every_target_and_writes_table_and_plot(tmp_path, capsy
     controls = [t.name for t in every(include_controls=True) if t.control]
     assert {"WrongRandomizedResponse", "HalfNoiseLaplace"} <= set(controls)
     assert "SparseVector" not in controls and "RandomizedResponse" not in controls
-    assert out.count("VIOLATION") == 2  # the two controls, nothing else
+    assert out.count("| violation |") == 2  # the two controls, nothing else
+    assert "VIOLATION" not in out and "no violation" not in out  # one vocabulary: the JSON's
     for name in kept:
         assert out.count(f"| {name} ") == 1, name
     assert "| SparseVector | 1 |" in out

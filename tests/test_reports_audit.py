@@ -24,8 +24,9 @@ RECORDS = [
 def test_markdown_table_has_one_row_per_record_and_verdicts():
     table = audit_markdown_table(RECORDS).splitlines()
     assert len(table) == 2 + len(RECORDS) + 2  # header, rows, blank line, per-audit note
-    assert "| Laplace | 1 | 0.98 | 0.98 | no violation |" in table[2]
-    assert "| HalfNoiseLaplace (control) |" in table[3] and "VIOLATION" in table[3]
+    # the verdicts as the JSON records write them (one vocabulary: CLI, Markdown, HTML)
+    assert "| Laplace | 1 | 0.98 | 0.98 | consistent |" in table[2]
+    assert "| HalfNoiseLaplace (control) |" in table[3] and "| violation |" in table[3]
     assert "inconclusive" in table[4]  # a bound of 0 is never "ok"
     assert "| inf |" in table[5]
     assert "not jointly" in table[-1]

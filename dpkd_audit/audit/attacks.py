@@ -587,11 +587,14 @@ def select_event(a: Outputs, b: Outputs, attack: Attack, sel: Selection,
         attacks = [attack]
     for chosen in attacks:
         if not _applies(chosen, a):
-            usable = [x.name for x in _APPLICABLE if _applies(x, a)] + ["AUTO", "AUTO_REAL"]
+            # named as typed after ``dpkd audit --attack`` (the API's Attack member in brackets)
+            usable = [f"{x.value.replace('_', '-')}" for x in _APPLICABLE if _applies(x, a)]
+            usable += ["auto", "auto-real"]
             what = f"{a.kind.value} outputs of dtype {a.data.dtype}" \
                 if a.kind is not OutputKind.OBJECT else f"{a.kind.value} outputs"
-            raise ValueError(f"attack {chosen.name} does not apply to {what}; "
-                             f"use one of {', '.join(usable)}")
+            raise ValueError(f"attack {chosen.value.replace('_', '-')} (Attack.{chosen.name}) "
+                             f"does not apply to {what}; use one of {', '.join(usable)} "
+                             "(--attack NAME)")
     halves = split_selection(a, b)
     candidates = _candidates(halves, attacks, sel, coder)
     if a.kind is OutputKind.OBJECT and attack in (Attack.AUTO, Attack.AUTO_REAL):

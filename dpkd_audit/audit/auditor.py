@@ -117,8 +117,9 @@ def resolve_attack(attack: Attack | None, mechanism: Any = None) -> tuple[Attack
         return Attack.AUTO_REAL, ("auto_real: every applicable attack on the real-valued "
                                   "outputs of a control that samples in floating point and "
                                   "whose flaw is elsewhere; its floating-point artefacts "
-                                  "(Mironov 2012) are not audited - pass Attack.AUTO or "
-                                  "FLOAT_BITS to include them")
+                                  "(Mironov 2012) are not audited - include them with "
+                                  "--attack auto or --attack float-bits (the API: "
+                                  "attack=Attack.AUTO)")
     return Attack.AUTO, "auto: every applicable attack, float bits included"
 
 
@@ -182,7 +183,7 @@ class AuditResult:
         return record
 
     def __str__(self) -> str:
-        verdict = {Verdict.VIOLATION: "VIOLATION", Verdict.CONSISTENT: "no violation",
+        verdict = {Verdict.VIOLATION: "violation", Verdict.CONSISTENT: "consistent",
                    Verdict.INCONCLUSIVE: "inconclusive (no power)"}[self.verdict]
         claim = (f"{self.epsilon_claimed:g}" if self.delta == 0
                  else f"({self.epsilon_claimed:g}, {self.delta:g})")

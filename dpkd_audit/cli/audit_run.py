@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dpkd_audit.cli.arguments import int_at_least, positive_float
+from dpkd_audit.cli.names import ONE_RUN_ANALYSES
 from dpkd_audit.cli.rknn import _MODES, _add_rknn_arguments, _rknn_config
 from dpkd_audit.cli.sweeps import _command, _out_dir, _write_json
 
@@ -261,10 +262,8 @@ def _add_one_run_arguments(p: argparse.ArgumentParser) -> None:
                         "--canaries)")
     p.add_argument("--confidence", type=_confidence, default=0.95,
                    help="confidence of the bound (default 0.95)")
-    from dpkd_audit.audit.training import OneRunAnalysis
-
-    p.add_argument("--analysis", type=_analysis, default=OneRunAnalysis.ALL.value,
-                   metavar="{" + ",".join(m.value for m in OneRunAnalysis) + "}",
+    p.add_argument("--analysis", type=_analysis, default="all",
+                   metavar="{" + ",".join(ONE_RUN_ANALYSES) + "}",
                    help="how the one run is analysed: steinke (the guesses against "
                         "(epsilon, delta)-DP, distribution-free), fdp (the same guesses against "
                         "the claim's Gaussian trade-off curve), gaussian (the scores fitted as "

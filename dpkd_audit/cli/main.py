@@ -14,12 +14,19 @@ from pathlib import Path
 
 import numpy as np
 
-from dpkd_audit.cli.arguments import add_executor_arguments, int_at_least, positive_float
+from dpkd_audit.cli.arguments import (
+    add_executor_arguments,
+    fraction,
+    int_at_least,
+    positive_float,
+)
 from dpkd_audit.cli.audit_run import add_audit_run_parser
-from dpkd_audit.cli.paths import output_file
+from dpkd_audit.cli.names import ATTACKS, PLAN_KINDS, name_type
+from dpkd_audit.cli.paths import check_output_dir, output_file
 from dpkd_audit.cli.pipelines import add_pipeline_parsers
 from dpkd_audit.cli.report import add_report_parser
 from dpkd_audit.cli.sweeps import argv_or_default
+from dpkd_audit.cli.user_audit import is_user_target, parse_value, user_audit_record
 from dpkd_audit.executor import ExecutorConfig, ExecutorKind, check_workers
 
 __all__ = ["build_parser", "main"]
@@ -146,11 +153,33 @@ def _cmd_budget(args: argparse.Namespace) -> int:
         raise ValueError(_flag_names(str(exc))) from None
 
 
+#: Plan kinds whose noise parameter follows from a per-release epsilon: noise = f(epsilon).
+_NOISE_OF_EPSILON = {
+    "laplace": lambda eps: 1.0 / eps,  # Laplace scale / L1 sensitivity
+    "randomized-response": lambda eps: eps,  # the noise parameter is epsilon0 itself
+    "shuffle": lambda eps: eps,
+}
+
+
+def _noise_of_epsilon(kind: str, epsilon: float, noise: float | None) -> float:
+    """``--noise`` from ``dpkd budget --epsilon`` (the per-release epsilon of one query)."""
+    if noise is not None:
+        raise ValueError("give --noise or --epsilon, not both (--epsilon sets the noise: "
+                         "Laplace scale = sensitivity / epsilon)")
+    if kind not in _NOISE_OF_EPSILON:
+        raise ValueError(f"--epsilon (a per-release epsilon) applies to "
+                         f"{', '.join(_NOISE_OF_EPSILON)}; {kind} has no pure per-release "
+                         f"epsilon: give --noise")
+    return _NOISE_OF_EPSILON[kind](epsilon)
+
+
 def _budget(args: argparse.Namespace) -> int:
     from dpkd_audit.accountants.budget import NOISE_MEANING, Plan, PlanKind, budget_table, solve
 
     kind = PlanKind(args.mechanism)
     sgd = kind is PlanKind.DP_SGD
+    if args.epsilon is not None:
+        args.noise = _noise_of_epsilon(kind.value, args.epsilon, args.noise)
     if sgd and args.queries is not None:
         raise ValueError("--queries is derived for dp-sgd (epochs x ceil(dataset_size / "
                          "batch_size) steps): give --epochs instead")
@@ -167,14 +196,14 @@ def _budget(args: argparse.Namespace) -> int:
     given_count = args.epochs if sgd else args.queries
     if args.target_epsilon is None:
         if args.noise is None or given_count is None:
-            raise ValueError(f"give --noise and --{count} (or --target-epsilon and one of "
-                             "them)")
+            raise ValueError(f"give --noise (or --epsilon, where the mechanism has one) and "
+                             f"--{count} (or --target-epsilon and one of them)")
         rows = budget_table(plan, delta=args.delta)
         solved_name = None
     else:
         rows = solve(plan, target_epsilon=args.target_epsilon, delta=args.delta)
         solved_name = "noise" if args.noise is None else count
-    plan_record = {"mechanism": kind.value, "noise": args.noise,
+    plan_record = {"mechanism": kind.value, "epsilon": args.epsilon, "noise": args.noise,
                    "noise_meaning": NOISE_MEANING[kind], "queries": plan.queries,
                    "sampling_probability": plan.sampling_probability,
                    "classes": args.classes, "users": args.users}
@@ -231,11 +260,16 @@ def _cmd_audit(args: argparse.Namespace) -> int:
               f"output) samples per side (raise --max-values for more; the records say how "
               f"many ran)", file=sys.stderr)
     plot_path = output_file(args.plot, "--plot") if args.plot else None
-    targets = audit_targets(include_controls=True) if args.all else [find_target(args.mechanism)]
+    user = not args.all and is_user_target(args.mechanism)
+    if not user:
+        for flag, value in (("--delta", args.delta), ("--neighbours", args.neighbours)):
+            if value is not None:
+                raise ValueError(f"{flag} applies to your own sampler (MECHANISM as "
+                                 "module:function or file.py:function); a package mechanism "
+                                 "brings its own")
     attack = Attack(args.attack) if args.attack else None
     rng = np.random.default_rng(args.seed)
     records = []
-    progress = _progress(len(targets), enabled=args.all and not args.json)
     command = "dpkd " + " ".join(shlex.quote(a) for a in args.argv)
     executor = ExecutorConfig(kind=args.executor, address=args.address)
     if args.workers is None and executor.kind is ExecutorKind.RAY:
@@ -243,10 +277,19 @@ def _cmd_audit(args: argparse.Namespace) -> int:
                          "input, each drawn by one Ray task)")
     if args.workers is not None:
         check_workers(args.workers, executor)
-    for record in run_audits(targets, samples=args.samples, confidence=args.confidence,
-                             rng=rng, max_values=args.max_values, attack=attack,
-                             epsilon=args.epsilon, workers=args.workers,
-                             executor=executor if args.workers is not None else None):
+    if user:
+        audits = iter([user_audit_record(args.mechanism, args, samples=args.samples, rng=rng,
+                                         attack=attack, executor=executor)])
+        targets = [args.mechanism]
+    else:
+        targets = (audit_targets(include_controls=True) if args.all
+                   else [find_target(args.mechanism)])
+        audits = run_audits(targets, samples=args.samples, confidence=args.confidence,
+                            rng=rng, max_values=args.max_values, attack=attack,
+                            epsilon=args.epsilon, workers=args.workers,
+                            executor=executor if args.workers is not None else None)
+    progress = _progress(len(targets), enabled=args.all and not args.json)
+    for record in audits:
         record["command"] = command
         record["device"] = f"cpu ({os.cpu_count()} cores; the auditor is numpy only)"
         records.append(record)
@@ -299,21 +342,8 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
-def _attack_name(text: str) -> str:
-    """An :class:`~dpkd_audit.audit.attacks.Attack` value (``float_bits`` or ``float-bits``)."""
-    from dpkd_audit.audit.attacks import Attack
-
-    value = text.strip().lower().replace("-", "_")
-    names = [a.value for a in Attack]
-    if value not in names:
-        raise argparse.ArgumentTypeError(f"expected one of {', '.join(names)}; got {text!r}")
-    return value
-
-
-def _plan_kinds():
-    from dpkd_audit.accountants.budget import PlanKind
-
-    return list(PlanKind)
+#: ``--attack``: an Attack value in any spelling (``float-bits``, ``float_bits``, ``FLOAT_BITS``).
+_attack_name = name_type(ATTACKS, "attack")
 
 
 def _version() -> str:
@@ -332,6 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    parser.subcommands = sub.choices  # for errors after parsing: the subcommand's own usage
 
     p = sub.add_parser("demo", help="quick start on the embedded digits: private reverse k-NN "
                                     "labels released through a ledger")
@@ -354,11 +385,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "dp-sgd) to solve for it. dp-sgd: --dataset-size N --batch-size B --epochs "
                     "E --noise SIGMA, Poisson sampling at 1/ceil(N/B) under add/remove-one, "
                     "as Opacus accounts a DataLoader(batch_size=B).")
-    p.add_argument("mechanism", choices=[k.value for k in _plan_kinds()],
-                   help="what each query releases")
+    p.add_argument("mechanism", type=name_type(PLAN_KINDS, "mechanism"), metavar="MECHANISM",
+                   help=f"what each query releases: {', '.join(PLAN_KINDS)} (case, dashes and "
+                        "underscores ignored: Laplace = laplace)")
     p.add_argument("--noise", type=positive_float,
                    help="noise parameter: Laplace scale / sensitivity, Gaussian sigma / "
                         "sensitivity, noisy-max Laplace scale, or local epsilon0 (RR, shuffle)")
+    p.add_argument("--epsilon", type=positive_float,
+                   help="per-release epsilon instead of --noise, where the mechanism has one: "
+                        "laplace (noise = sensitivity / epsilon), randomized-response and "
+                        "shuffle (the local epsilon0)")
     p.add_argument("--queries", type=int, help="number of queries (steps of a subsampled "
                                                  "Gaussian)")
     p.add_argument("--delta", type=float, default=1e-5, help="target delta (default 1e-5)")
@@ -379,14 +415,24 @@ def build_parser() -> argparse.ArgumentParser:
         description="Audit a mechanism on its worst-case neighbouring pair: a lower bound on "
                     "epsilon valid at the stated confidence, and a verdict against the claim "
                     "(violation, consistent, or inconclusive when the bound shows no power). "
-                    "Exit status: 0 no violation, 1 a violation, 2 bad input.")
-    p.add_argument("mechanism", nargs="?",
+                    "Exit status: 0 consistent or inconclusive, 1 a violation, 2 bad input.")
+    p.add_argument("mechanism", nargs="?", metavar="MECHANISM",
                    help="mechanism or positive control class name (e.g. Laplace, "
-                        "HalfNoiseLaplace); see `dpkd mechanisms`")
+                        "HalfNoiseLaplace; case, dashes and underscores ignored; see `dpkd "
+                        "mechanisms`), or your own sampler as module:function, module:Class "
+                        "or path/to/file.py:function (a function sampler(x, n, rng), or an "
+                        "object with sample(x, n, *, rng), neighbours() and epsilon)")
     p.add_argument("--all", action="store_true",
                    help="audit every package mechanism and positive control (exit status 1 "
                         "only if a package mechanism is violated)")
-    p.add_argument("--epsilon", type=positive_float, help="claimed epsilon to audit")
+    p.add_argument("--epsilon", type=positive_float,
+                   help="claimed epsilon to audit (your own sampler: required unless it has an "
+                        "epsilon attribute)")
+    p.add_argument("--delta", type=fraction,
+                   help="your own sampler: claimed delta (default: its delta attribute, or 0)")
+    p.add_argument("--neighbours", nargs=2, type=parse_value, metavar=("X", "X'"),
+                   help="your own sampler: the neighbouring inputs it is audited on, as JSON "
+                        "(0 1, or '[0, 1]' '[0, 2]'; default: its neighbours attribute)")
     p.add_argument("--samples", type=int, default=1_000_000,
                    help="samples per side (default 1e6; capped per mechanism by --max-values)")
     p.add_argument("--max-values", type=int, default=5_000_000,
@@ -395,12 +441,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 5e6)")
     p.add_argument("--confidence", type=float, default=0.95, help="confidence (default 0.95)")
     p.add_argument("--attack", type=_attack_name, metavar="ATTACK",
-                   help="force an attack, by the name the JSON records use (auto, auto_real, "
-                        "threshold, histogram, classifier, coordinate, float_bits; dashes "
-                        "accepted) (default: auto, float bits included, for every mechanism "
-                        "of the package and any sampler; auto_real for the controls whose "
-                        "flaw is not the floating-point one; the result says which ran and "
-                        "why)")
+                   help="force an attack: auto, auto-real, threshold, histogram, classifier, "
+                        "coordinate, float-bits (the JSON records write float_bits; case, "
+                        "dashes and underscores ignored) (default: auto, float bits "
+                        "included, for every mechanism of the package and any sampler; "
+                        "auto-real for the controls whose flaw is not the floating-point one; "
+                        "the result says which ran and why)")
     p.add_argument("--seed", type=int, default=0, help="seed of the audit's randomness")
     p.add_argument("--workers", type=int_at_least(1), metavar="W",
                    help="draw the bounding samples in W parts per input, each from its own "
@@ -433,9 +479,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from dpkd_audit.data import DatasetNotFoundError
     from dpkd_audit.errors import BudgetExceededError, LedgerError
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the subcommand's own usage line, naming the flags it accepts
+        parser.subcommands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     args.argv = argv_or_default(argv)
     try:
+        if getattr(args, "out", None) is not None:  # every --out is a folder: refused before
+            check_output_dir(args.out, "--out")      # any data is loaded or work is done
         return args.func(args)
     except (ValueError, BudgetExceededError, LedgerError, DatasetNotFoundError) as exc:
         print(f"dpkd {args.command}: error: {exc}", file=sys.stderr)

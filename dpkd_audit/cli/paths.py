@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["output_dir", "output_file"]
+__all__ = ["check_output_dir", "output_dir", "output_file"]
 
 
 def output_file(value: str | os.PathLike[str], flag: str) -> Path:
@@ -36,8 +36,11 @@ def output_file(value: str | os.PathLike[str], flag: str) -> Path:
     return path
 
 
-def output_dir(value: str | os.PathLike[str], flag: str) -> Path:
-    """A folder the command fills; created with its parents if missing.
+def check_output_dir(value: str | os.PathLike[str], flag: str) -> Path:
+    """A folder the command will fill: refused now if it cannot be created or written.
+
+    Creates nothing (``dpkd`` checks every ``--out`` this way before any data is loaded, so that
+    a read-only or mistyped folder costs no run and a failed run leaves no empty folder).
 
     Raises:
         ValueError: Naming ``flag``, the path and what is wrong with it.
@@ -50,8 +53,18 @@ def output_dir(value: str | os.PathLike[str], flag: str) -> Path:
         existing = existing.parent
     if not existing.is_dir():
         raise ValueError(f"{flag}: {existing} is a file, so {path} cannot be created")
-    if not os.access(existing, os.W_OK):
+    if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"{flag}: {existing} is not writable")
+    return path
+
+
+def output_dir(value: str | os.PathLike[str], flag: str) -> Path:
+    """A folder the command fills; created with its parents if missing.
+
+    Raises:
+        ValueError: Naming ``flag``, the path and what is wrong with it.
+    """
+    path = check_output_dir(value, flag)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

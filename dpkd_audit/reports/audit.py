@@ -39,7 +39,8 @@ def record_verdict(record: dict[str, Any]) -> str:
     return verdict_of(float(record["epsilon_lower"]), float(record["epsilon_claimed"])).value
 
 
-_VERDICT_TEXT = {"violation": "VIOLATION", "consistent": "no violation",
+#: The verdicts as the records write them (one vocabulary in JSON, HTML, tables and the CLI).
+_VERDICT_TEXT = {"violation": "violation", "consistent": "consistent",
                  "inconclusive": "inconclusive (no power)"}
 
 
@@ -100,7 +101,7 @@ def audit_figure(records: Sequence[dict[str, Any]], *,
     """Claimed epsilon against the audited lower bound (a matplotlib figure, log-scale epsilon).
 
     Package mechanisms come first, then the positive controls (a separating line between the
-    groups); per column: the claim (black bar), the lower bound (filled dot: blue no violation,
+    groups); per column: the claim (black bar), the lower bound (filled dot: blue consistent,
     red violation; hollow grey: inconclusive, a bound of 0 drawn at the bottom edge), the
     point estimate (a line up from the bound), for controls the true epsilon (cross) and, for
     one-run audits that have them, the f-DP bound (``epsilon_lower_fdp``, orange diamond) and
@@ -148,7 +149,7 @@ def audit_figure(records: Sequence[dict[str, Any]], *,
                         alpha=0.5)
             ax.scatter([i], [lower[i]], color=color, zorder=4, s=36,
                        label=("lower bound, violation" if verdict == "violation"
-                              else "lower bound, no violation"))
+                              else "lower bound, consistent"))
         true_eps = r.get("true_epsilon")
         if true_eps is not None and math.isfinite(float(true_eps)):
             ax.scatter([i], [float(true_eps)], marker="x", color="tab:purple", zorder=3,

@@ -103,9 +103,17 @@ def _classify(record: Any, where: str) -> RecordKind:
 
 def _read(path: Path) -> list[tuple[int, Any]]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: cannot be read ({exc})") from None
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        what = ("an SQLite database (a ledger? see `dpkd ledger`)"
+                if raw.startswith(b"SQLite format 3\0") else "a binary file")
+        raise ValueError(f"{path}: not a record file: it is {what}, not UTF-8 JSON; records are "
+                         "results.jsonl, result.json, results.json or audit.json files (or "
+                         "folders holding them)") from None
     if path.suffix == ".jsonl":
         out = []
         for number, line in enumerate(text.splitlines(), start=1):

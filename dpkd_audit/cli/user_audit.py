@@ -1,0 +1,190 @@
+"""``dpkd audit module:function``: audit a user's own sampler from the command line.
+
+The target is ``module:attribute`` (a module importable from the current folder or the
+environment) or ``path/to/file.py:attribute``; the attribute may be dotted (``module:Class.make``).
+It is one of:
+
+- a function ``sampler(x, n, rng)`` returning ``n`` outputs on input ``x`` (the contract of
+  :func:`~dpkd_audit.audit.auditor.audit_sampler`): the claim comes from ``--epsilon`` /
+  ``--delta`` or the function's ``epsilon`` / ``delta`` attributes, the pair from
+  ``--neighbours X X'`` or its ``neighbours`` attribute (a pair, or a function returning one);
+- an object with the mechanisms' contract (``sample(x, n, *, rng)``, ``neighbours()``,
+  ``epsilon``, optionally ``delta``), or a class whose no-argument instance has it: audited on
+  its ``neighbours()`` pair as ``dpkd audit NAME`` audits a package mechanism (``--epsilon`` /
+  ``--delta`` override its claim).
+
+Every error names the flag or attribute to give, and exits with status 2 before any sampling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["is_user_target", "load_target", "parse_value", "user_audit_record"]
+
+#: What a MECHANISM argument of this form must name (said in every error).
+_CONTRACT = ("a function sampler(x, n, rng), an object with sample(x, n, *, rng), neighbours() "
+             "and epsilon, or a class whose instance has them")
+
+
+def is_user_target(name: str) -> bool:
+    """Whether ``dpkd audit NAME`` names a user's object (``module:attr``, ``file.py:attr``)."""
+    return ":" in name
+
+
+def parse_value(text: str) -> Any:
+    """``--neighbours`` values: JSON (``0``, ``1.5``, ``[0, 1]``), else the string itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _import(module: str, spec: str) -> Any:
+    if module.endswith(".py") or "/" in module or "\\" in module:
+        path = Path(module)
+        if not path.is_file():
+            raise ValueError(f"MECHANISM {spec!r}: no file {path}")
+        name = f"_dpkd_user_{path.stem}"
+        loader_spec = importlib.util.spec_from_file_location(name, path)
+        if loader_spec is None or loader_spec.loader is None:
+            raise ValueError(f"MECHANISM {spec!r}: cannot load {path} as a Python module")
+        loaded = importlib.util.module_from_spec(loader_spec)
+        sys.modules[name] = loaded
+        try:
+            loader_spec.loader.exec_module(loaded)
+        except Exception as exc:
+            sys.modules.pop(name, None)
+            raise ValueError(f"MECHANISM {spec!r}: importing {path} failed: "
+                             f"{type(exc).__name__}: {exc}") from exc
+        return loaded
+    cwd = str(Path.cwd())
+    added = cwd not in sys.path
+    if added:  # as ``python -m`` does: modules of the current folder are importable
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"MECHANISM {spec!r}: cannot import module {module!r} ({exc}; run "
+                         "from the folder that holds it, or give path/to/file.py:NAME)") from exc
+    except Exception as exc:
+        raise ValueError(f"MECHANISM {spec!r}: importing module {module!r} failed: "
+                         f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        if added:
+            sys.path.remove(cwd)
+
+
+def load_target(spec: str) -> Any:
+    """The object ``spec`` (``module:attr`` or ``file.py:attr``) names, a class instantiated.
+
+    Raises:
+        ValueError: Naming MECHANISM and what is wrong: the module cannot be imported, the
+            attribute is missing, the class cannot be built without arguments, or the object is
+            not callable and has no ``sample`` method.
+    """
+    module, _, attribute = spec.rpartition(":")
+    if not module or not attribute:
+        raise ValueError(f"MECHANISM {spec!r}: expected module:NAME or path/to/file.py:NAME")
+    obj = _import(module, spec)
+    for part in attribute.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"MECHANISM {spec!r}: {module} has no attribute {attribute!r} "
+                             f"(it should name {_CONTRACT})")
+        obj = getattr(obj, part)
+    if isinstance(obj, type):
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise ValueError(f"MECHANISM {spec!r}: the class {attribute} cannot be built "
+                             f"without arguments ({type(exc).__name__}: {exc}); name a "
+                             "function returning an instance, or an instance") from exc
+    if not callable(obj) and not callable(getattr(obj, "sample", None)):
+        raise ValueError(f"MECHANISM {spec!r}: {attribute} is a {type(obj).__name__}, not a "
+                         f"sampler: it should name {_CONTRACT}")
+    return obj
+
+
+def _claim(obj: Any, spec: str, args: argparse.Namespace) -> tuple[float, float]:
+    epsilon = args.epsilon if args.epsilon is not None else getattr(obj, "epsilon", None)
+    if epsilon is None:
+        raise ValueError(f"--epsilon is required for {spec}: the claimed epsilon to audit (or "
+                         "give the sampler an epsilon attribute)")
+    delta = args.delta if args.delta is not None else getattr(obj, "delta", 0.0)
+    try:
+        return float(epsilon), float(delta)
+    except (TypeError, ValueError):
+        raise ValueError(f"{spec}: its epsilon / delta attributes must be numbers; got "
+                         f"{epsilon!r} / {delta!r} (or give --epsilon / --delta)") from None
+
+
+def _pair(obj: Any, spec: str, args: argparse.Namespace) -> tuple[Any, Any]:
+    if args.neighbours is not None:
+        return tuple(args.neighbours)
+    pair = getattr(obj, "neighbours", None)
+    if pair is None:
+        raise ValueError(f"--neighbours X X' is required for {spec}: the two neighbouring "
+                         "inputs the sampler is audited on (or give it a neighbours attribute: "
+                         "a pair, or a function returning one)")
+    if callable(pair):
+        pair = pair()
+    if not isinstance(pair, tuple | list) or len(pair) != 2:
+        raise ValueError(f"{spec}: its neighbours attribute must be a pair (x, x') or return "
+                         f"one; got {pair!r} (or give --neighbours X X')")
+    return tuple(pair)
+
+
+def user_audit_record(spec: str, args: argparse.Namespace, *, samples: int,
+                      rng: np.random.Generator, attack: Any, executor: Any) -> dict[str, Any]:
+    """Audit the object ``spec`` names; the JSON-ready record ``dpkd audit`` prints."""
+    from dpkd_audit.audit.auditor import audit_sampler, mechanism_sampler, resolve_attack
+    from dpkd_audit.audit.suite import MIN_SAMPLES
+    from dpkd_audit.provenance import provenance
+
+    obj = load_target(spec)
+    epsilon, delta = _claim(obj, spec, args)
+    if callable(getattr(obj, "sample", None)):
+        if not callable(getattr(obj, "neighbours", None)) and args.neighbours is None:
+            raise ValueError(f"--neighbours X X' is required for {spec}: it has sample() but "
+                             "no neighbours() method")
+        if args.neighbours is None:
+            sampler, pair, view = mechanism_sampler(obj)
+        else:
+            def sampler(value: Any, k: int, gen: np.random.Generator) -> Any:
+                return obj.sample(value, k, rng=gen)
+
+            pair, view = tuple(args.neighbours), None
+        chosen, policy = resolve_attack(attack, obj)
+        if view is not None:
+            policy += f"; outputs reduced by the object's audit view: {view.description}"
+        kind = "object with sample(x, n, *, rng)"
+    else:
+        sampler, pair = obj, _pair(obj, spec, args)
+        chosen, policy = resolve_attack(attack)
+        kind = "function sampler(x, n, rng)"
+    first = sampler(pair[0], 1, rng)
+    try:
+        values = max(1, int(np.size(first[0])))
+    except (TypeError, IndexError, KeyError):
+        values = 1
+    n = max(MIN_SAMPLES, min(samples, args.max_values // values))
+    result = audit_sampler(sampler, *pair, epsilon=epsilon, delta=delta, n=n,
+                           confidence=args.confidence, rng=rng, attack=chosen, policy=policy,
+                           mechanism=spec, workers=args.workers,
+                           executor=executor if args.workers is not None else None)
+    record = result.to_dict()
+    record.update({
+        "mechanism": spec, "control": False, "true_epsilon": None, "flaw": None,
+        "configuration": f"{spec}: {kind} on the pair ({pair[0]!r}, {pair[1]!r}), claimed "
+                         f"epsilon={epsilon:g}, delta={delta:g}",
+        "provenance": provenance(),
+    })
+    return record
