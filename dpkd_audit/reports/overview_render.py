@@ -47,6 +47,7 @@ class Block:
     kind: str
     text: str = ""
     table: Table | None = None
+    alt: str = ""  # an image's description (the file name when empty)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -70,23 +71,84 @@ def accuracy_panels(series: Sequence[Series], dataset: str) -> Any:
     min-max bar; runs whose record-level epsilon is infinite are drawn in a column of their own
     at the right edge of the right panel, labelled "inf (not DP)", never dropped. Paper figures
     are hollow stars on the left panel (the papers' accounting); on the right, grey diamonds are
-    the record-level methods the papers compare with (their Table I).
+    the record-level methods the papers compare with (their Table I). When three or more points
+    sit at :data:`HIGH_BAND` % or above, a second row draws the same with the y axis enlarged on
+    them (MNIST's 94-99% band is a pile-up on a 0-100 axis); the legend is below the panels.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     chosen = [s for s in series if s.dataset == dataset]
     if not chosen:
         raise ValueError(f"no result record of dataset {dataset!r}")
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.2), sharey=True)
+    means = [100 * sum(p.accuracies) / len(p.accuracies) for s in chosen for p in s.points]
+    high = [m for m in means if m >= HIGH_BAND]
+    # a second row zooms on the high band when several points crowd it (MNIST: 90-100%)
+    band = (math.floor(min(high)) - 1.0, 100.5) if len(high) >= 3 else None
+    rows = 2 if band is not None else 1
+    fig, axes = plt.subplots(rows, 2, figsize=(9.5, 4.2 * rows + 2.6), sharex="col",
+                             squeeze=False)
     finite = [p.epsilon_record_level for s in chosen for p in s.points
               if math.isfinite(p.epsilon_record_level)]
     pub = [p.epsilon_published for s in chosen for p in s.points
            if p.epsilon_published is not None and math.isfinite(p.epsilon_published)]
     hi = max(finite + pub + [1.0])
+    has_inf = any(not math.isfinite(p.epsilon_record_level) for s in chosen for p in s.points)
     inf_x = hi * 10 ** 0.8
+    right_end = inf_x * 3 if has_inf else hi * 3  # no empty "inf" column
+    lo = min([v for v in finite + pub if v > 0] + [hi]) / 3
+    for row, (left, right) in enumerate(axes):
+        _draw_accuracy_row(left, right, chosen, dataset, inf_x=inf_x, legend=row == 0)
+        left.set_ylabel("test accuracy (%)" if row == 0 else "test accuracy (%), zoomed")
+        if row == 0:
+            left.set_ylim(0, 100)
+            left.set_title("vs published epsilon (the papers' accounting)", fontsize=10)
+            right.set_title("vs record-level epsilon (one private record)", fontsize=10)
+        else:
+            left.set_ylim(*band)
+        for ax in (left, right):
+            ax.set_xscale("log")
+            ax.grid(alpha=0.3, which="both")
+            ax.tick_params(labelsize=9)
+            # plain numbers at powers of ten only (no "4x10^-1" minor labels on short ranges)
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        if has_inf:
+            right.axvline(hi * 10 ** 0.4, color="tab:gray", lw=0.8, ls="--")
+        right.sharey(left)
+        right.set_xlim(lo, right_end)
+        left.set_xlim(lo, hi * 3)
+    left, right = axes[-1]
+    if has_inf:
+        ticks = [t for t in right.get_xticks() if lo <= t <= hi * 10 ** 0.3]
+        right.set_xticks([*ticks, inf_x])
+        right.set_xticklabels([f"{t:g}" for t in ticks] + ["inf\n(not DP)"])
+        right.set_xlim(lo, right_end)
+    left.set_xlabel("epsilon (published)")
+    right.set_xlabel("epsilon (record level)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    h2, l2 = axes[0][1].get_legend_handles_labels()
+    fig.suptitle(f"Test accuracy vs epsilon: {dataset} (mean over seeds, bars min-max)"
+                 + ("" if band is None else f"; lower row: {band[0]:g}-100% enlarged"),
+                 fontsize=11)
+    fig.tight_layout(rect=(0, 0.02 + 0.035 * math.ceil(len(labels + l2) / 2) / rows, 1, 1))
+    fig.legend(handles + h2, labels + l2, loc="lower center", ncol=2, fontsize=8.5,
+               frameon=False)
+    return fig
+
+
+#: Accuracy (%) from which points count as crowding the top of the axis (a zoomed row).
+HIGH_BAND = 90.0
+
+
+def _draw_accuracy_row(left: Any, right: Any, chosen: Sequence[Series], dataset: str, *,
+                       inf_x: float, legend: bool) -> None:
+    """One row of :func:`accuracy_panels`: every series on both epsilons, paper figures."""
+    import matplotlib.pyplot as plt
+
     colors = [plt.get_cmap("tab20")(k) for k in (0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 1, 3, 5, 7,
                                                  9, 11, 13, 15, 17, 19)]
     drawn_refs: set[str] = set()
@@ -102,7 +164,7 @@ def accuracy_panels(series: Sequence[Series], dataset: str) -> Any:
             err = [[y[k] - 100 * min(acc[k]) for k in range(len(y))],
                    [100 * max(acc[k]) - y[k] for k in range(len(y))]]
             ax.errorbar(x, y, yerr=err, color=color, marker=marker, capsize=3, lw=1.4,
-                        label=s.label if ax is left else None,
+                        label=s.label if ax is left and legend else None,
                         ls="-" if ax is left or all(v != inf_x for v in x) else ":")
         for p in s.points:
             ref = paper_match(s, p)
@@ -110,7 +172,8 @@ def accuracy_panels(series: Sequence[Series], dataset: str) -> Any:
                 left.scatter([ref.epsilon], [100 * ref.test_accuracy], marker="*", s=160,
                              facecolors="none", edgecolors=color, zorder=5,
                              label=(f"paper: {s.method} {s.mode}"
-                                    if f"{s.method}{s.mode}" not in drawn_refs else None))
+                                    if legend and f"{s.method}{s.mode}" not in drawn_refs
+                                    else None))
                 drawn_refs.add(f"{s.method}{s.mode}")
     baselines = [b for b in RECORD_LEVEL_BASELINES if b.dataset == dataset
                  and any(b.method == s.method for s in chosen)]
@@ -121,33 +184,10 @@ def accuracy_panels(series: Sequence[Series], dataset: str) -> Any:
     for n, b in enumerate(sorted(best.values(), key=lambda b: b.epsilon)):
         right.scatter([b.epsilon], [100 * b.test_accuracy], marker="D", s=50,
                       facecolors="none", edgecolors="tab:gray", zorder=4,
-                      label="best record-level method of the papers' Table I" if n == 0 else None)
-        right.annotate(b.name, (b.epsilon, 100 * b.test_accuracy), fontsize=7,
+                      label="best record-level method of the papers' Table I"
+                      if n == 0 and legend else None)
+        right.annotate(b.name, (b.epsilon, 100 * b.test_accuracy), fontsize=8,
                        color="tab:gray", xytext=(4, -10), textcoords="offset points")
-    for ax, title in ((left, "vs published epsilon (the papers' accounting)"),
-                      (right, "vs record-level epsilon (one private record)")):
-        ax.set_xscale("log")
-        ax.set_title(title, fontsize=10)
-        ax.grid(alpha=0.3, which="both")
-    right.axvline(hi * 10 ** 0.4, color="tab:gray", lw=0.8, ls="--")
-    ticks = [t for t in right.get_xticks() if t <= hi * 10 ** 0.3]
-    right.set_xticks([*ticks, inf_x])
-    right.set_xticklabels([f"{t:g}" for t in ticks] + ["inf\n(not DP)"])
-    lo = min([v for v in finite + pub if v > 0] + [hi]) / 3
-    right.set_xlim(lo, inf_x * 3)
-    left.set_xlim(lo, hi * 3)
-    left.set_ylabel("test accuracy (%)")
-    left.set_xlabel("epsilon (published)")
-    right.set_xlabel("epsilon (record level)")
-    left.set_ylim(0, 100)
-    handles, labels = left.get_legend_handles_labels()
-    h2, l2 = right.get_legend_handles_labels()
-    fig.suptitle(f"Test accuracy vs epsilon: {dataset} (mean over seeds, bars min-max)",
-                 fontsize=11)
-    fig.tight_layout()
-    fig.legend(handles + h2, labels + l2, loc="center left", bbox_to_anchor=(1.0, 0.5),
-               fontsize=8, frameon=False)
-    return fig
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -192,7 +232,7 @@ def render_markdown(blocks: Sequence[Block]) -> str:
         elif b.kind == "p":
             out.append(_md(b.text) + "\n")
         elif b.kind == "img":
-            out.append(f"![{b.text}]({b.text})\n")
+            out.append(f"![{_md(b.alt or b.text)}]({b.text})\n")
         elif b.kind == "table" and b.table is not None:
             t = b.table
             out.append(f"**{_md(t.caption)}**\n")
@@ -242,8 +282,8 @@ def render_html(blocks: Sequence[Block], *, title: str) -> str:
         elif b.kind == "p":
             parts.append(f"<p>{html.escape(b.text)}</p>")
         elif b.kind == "img":
-            parts.append(f'<p><img src="{html.escape(b.text)}" alt="{html.escape(b.text)}">'
-                         "</p>")
+            parts.append(f'<p><img src="{html.escape(b.text)}" '
+                         f'alt="{html.escape(b.alt or b.text)}"></p>')
         elif b.kind == "table" and b.table is not None:
             t = b.table
             parts.append(f"<table><caption>{html.escape(t.caption)}</caption><thead><tr>"
@@ -265,9 +305,18 @@ def render_html(blocks: Sequence[Block], *, title: str) -> str:
 _MECHANISMS_PNG, _PIPELINES_PNG = "audit-mechanisms.png", "audit-pipelines.png"
 
 
-def _accuracy_png(dataset: str) -> str:
+def _accuracy_png(dataset: str, *, ablations: bool = False) -> str:
     # the dataset name comes from records: never a path (issue 33: "x/../../ESCAPED")
-    return f"accuracy-{safe_file_part(dataset)}.png"
+    return f"accuracy-{safe_file_part(dataset)}{'-ablations' if ablations else ''}.png"
+
+
+def _accuracy_alt(dataset: str, series: Sequence[Series], *, ablations: bool) -> str:
+    chosen = [s for s in series if s.dataset == dataset and s.ablation == ablations]
+    return (f"{'Ablations' if ablations else 'Test accuracy'} on {dataset} against the published "
+            f"epsilon (left panel) and the record-level epsilon (right panel): "
+            f"{len(chosen)} line{'s' if len(chosen) != 1 else ''} ("
+            + "; ".join(s.label for s in chosen) + "); paper figures as hollow stars; runs "
+            "that are not differentially private at the record level in the column marked inf.")
 
 
 def report_blocks(records: Sequence[SourcedRecord], *, title: str, intro: str,
@@ -291,16 +340,29 @@ def report_blocks(records: Sequence[SourcedRecord], *, title: str, intro: str,
     if results:
         blocks.append(Block("h2", "Accuracy versus epsilon"))
         for dataset in datasets:
-            blocks.append(Block("img", _accuracy_png(dataset)))
+            blocks.append(Block("img", _accuracy_png(dataset),
+                                alt=_accuracy_alt(dataset, series, ablations=False)))
             blocks.append(Block("table", table=accuracy_table(series, dataset)))
+        ablated = [d for d in datasets if any(s.dataset == d and s.ablation for s in series)]
+        if ablated:
+            blocks.append(Block("h2", "Ablations"))
+            for dataset in ablated:
+                blocks.append(Block("img", _accuracy_png(dataset, ablations=True),
+                                    alt=_accuracy_alt(dataset, series, ablations=True)))
+                blocks.append(Block("table", table=accuracy_table(series, dataset,
+                                                                  ablations=True)))
         blocks.append(Block("h2", "Budgets: each run's plan under every accountant"))
         blocks.extend(Block("table", table=t) for t in budget_tables(records))
     audits = audit_tables(records)
     if audits:
         blocks.append(Block("h2", "Audits: claimed epsilon versus empirical lower bound"))
         for table in audits:
-            blocks.append(Block("img", _MECHANISMS_PNG if table.caption.startswith(
-                "Audits of the mechanisms") else _PIPELINES_PNG))
+            mechanisms = table.caption.startswith("Audits of the mechanisms")
+            blocks.append(Block(
+                "img", _MECHANISMS_PNG if mechanisms else _PIPELINES_PNG,
+                alt=("Claimed epsilon and the audited lower bound of each "
+                     + ("mechanism" if mechanisms else "pipeline audit")
+                     + ", one row each; a bound above its claim refutes the claim.")))
             blocks.append(Block("table", table=table))
     blocks.append(Block("h2", "Provenance"))
     blocks.append(Block("table", table=provenance_table(records)))
@@ -330,8 +392,13 @@ def build_report(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in [*out_dir.glob("accuracy-*.png"), *out_dir.glob("audit-*.png")]:
         stale.unlink()  # figures of an earlier build that this one may not redraw
-    written = [_save(accuracy_panels(series, dataset), out_dir / _accuracy_png(dataset))
-               for dataset in sorted({s.dataset for s in series})]
+    written = []
+    for dataset in sorted({s.dataset for s in series}):
+        for ablations in (False, True):
+            chosen = [s for s in series if s.ablation == ablations]
+            if any(s.dataset == dataset for s in chosen):
+                written.append(_save(accuracy_panels(chosen, dataset),
+                                     out_dir / _accuracy_png(dataset, ablations=ablations)))
     mechanisms = of_kind(records, RecordKind.MECHANISM_AUDIT)
     if mechanisms:
         fig = audit_figure([dict(r.record) for r in mechanisms],
