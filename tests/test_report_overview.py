@@ -434,12 +434,14 @@ def test_committed_front_page_is_rebuilt_from_the_committed_records(tmp_path):
 
 @pytest.mark.skipif(shutil.which("chromium") is None and shutil.which("chromium-browser") is None,
                     reason="Chromium is not installed (apt-get install chromium)")
-def test_page_renders_in_headless_chromium(built):
+@pytest.mark.parametrize("width", [800, 1400])
+def test_page_renders_in_headless_chromium(built, width):
+    """Every figure loads and fits the window (no horizontal overflow) at 800 and 1400 px."""
     _, out, files = built
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     done = subprocess.run(
         [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
-         "--dump-dom", (out / "index.html").resolve().as_uri()],
+         f"--window-size={width},1000", "--dump-dom", (out / "index.html").resolve().as_uri()],
         capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     body = re.search(r"<body([^>]*)>", done.stdout)
@@ -448,6 +450,9 @@ def test_page_renders_in_headless_chromium(built):
     assert "errors" not in attrs, attrs
     assert attrs.get("figures") == str(len(files.figures))
     assert attrs.get("figures-loaded") == str(len(files.figures))
+    assert attrs.get("figures-overflowing") == "0", attrs
+    # figures are drawn for ~1,000 px: at 800 px they shrink, but not below ~70%
+    assert float(attrs["smallest-figure-scale"]) >= (0.7 if width == 800 else 0.99), attrs
 
 
 def test_rebuild_removes_figures_it_no_longer_draws(tmp_path):

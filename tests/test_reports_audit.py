@@ -48,9 +48,12 @@ def test_figure_is_log_scale_with_controls_grouped_last():
 
     fig = audit_figure(RECORDS)
     ax = fig.axes[0]
-    assert ax.get_yscale() == "log"
-    names = [t.get_text() for t in ax.get_xticklabels()]
+    assert ax.get_xscale() == "log"  # one row per audit, epsilon across
+    names = [t.get_text() for t in ax.get_yticklabels()]
     assert names == ["Laplace", "Collision", "NaiveFloatLaplace", "HalfNoiseLaplace"]
+    assert ax.yaxis_inverted()  # the first audit on top
+    legend = ax.get_legend()  # below the axes: it covers no point
+    assert legend.get_bbox_to_anchor().transformed(ax.transAxes.inverted()).y1 <= 0
     labels = ax.get_legend_handles_labels()[1]
     assert "true epsilon (controls)" in labels
     assert any("inconclusive" in label for label in labels)

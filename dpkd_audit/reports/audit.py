@@ -101,16 +101,18 @@ def audit_figure(records: Sequence[dict[str, Any]], *,
     """Claimed epsilon against the audited lower bound (a matplotlib figure, log-scale epsilon).
 
     Package mechanisms come first, then the positive controls (a separating line between the
-    groups); per column: the claim (black bar), the lower bound (filled dot: blue consistent,
-    red violation; hollow grey: inconclusive, a bound of 0 drawn at the bottom edge), the
-    point estimate (a line up from the bound), for controls the true epsilon (cross) and, for
+    groups); per row: the claim (black bar), the lower bound (filled dot: blue consistent,
+    red violation; hollow grey: inconclusive, a bound of 0 drawn at the left edge), the
+    point estimate (a line right from the bound), for controls the true epsilon (cross) and, for
     one-run audits that have them, the f-DP bound (``epsilon_lower_fdp``, orange diamond) and
-    the Gaussian estimate (``epsilon_lower_gaussian``, olive star) just right of the bound.
+    the Gaussian estimate (``epsilon_lower_gaussian``, olive star) just below the bound's row.
+    One row per audit (epsilon across), the legend below the axes.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     if not records:
         raise ValueError("records must not be empty")
@@ -127,54 +129,59 @@ def audit_figure(records: Sequence[dict[str, Any]], *,
             if value is not None and math.isfinite(float(value)) and float(value) > 0:
                 positive.append(float(value))
     bottom, top = min(positive) / 3.0, max(positive) * 3.0
-    fig, ax = plt.subplots(figsize=(max(7.0, 0.5 * len(ordered) + 3), 5.2))
-    ax.set_yscale("log")
-    ax.scatter(x, claimed, marker="_", s=500, color="black", zorder=3, label="claimed epsilon")
+    # one row per audit, epsilon across: readable at any count and page width
+    fig, ax = plt.subplots(figsize=(9.0, max(3.6, 0.34 * len(ordered) + 2.2)))
+    ax.set_xscale("log")
+    ax.scatter(claimed, x, marker="|", s=300, color="black", zorder=3, label="claimed epsilon")
     for i, r in enumerate(ordered):
         verdict = record_verdict(r)
         if not math.isfinite(lower[i]):
-            ax.scatter([i], [top / 1.5], marker="^", color="tab:red", s=60, zorder=4,
+            ax.scatter([top / 1.5], [i], marker=">", color="tab:red", s=60, zorder=4,
                        label="lower bound = inf (violation)")
             continue
         if verdict == "inconclusive":
             shown = max(lower[i], bottom * 1.05)
-            ax.scatter([i], [shown], facecolors="none", edgecolors="tab:gray", s=40, zorder=4,
-                       label="lower bound, inconclusive (0 at the bottom edge)")
+            ax.scatter([shown], [i], facecolors="none", edgecolors="tab:gray", s=40, zorder=4,
+                       label="lower bound, inconclusive (0 at the left edge)")
         else:
             color = "tab:red" if verdict == "violation" else "tab:blue"
             estimate = r.get("epsilon_estimate")
             if estimate is not None and math.isfinite(float(estimate)) \
                     and float(estimate) > lower[i]:
-                ax.plot([i, i], [lower[i], min(float(estimate), top)], color=color, lw=2,
+                ax.plot([lower[i], min(float(estimate), top)], [i, i], color=color, lw=2,
                         alpha=0.5)
-            ax.scatter([i], [lower[i]], color=color, zorder=4, s=36,
+            ax.scatter([lower[i]], [i], color=color, zorder=4, s=36,
                        label=("lower bound, violation" if verdict == "violation"
                               else "lower bound, consistent"))
         true_eps = r.get("true_epsilon")
         if true_eps is not None and math.isfinite(float(true_eps)):
-            ax.scatter([i], [float(true_eps)], marker="x", color="tab:purple", zorder=3,
+            ax.scatter([float(true_eps)], [i], marker="x", color="tab:purple", zorder=3,
                        label="true epsilon (controls)")
         for offset, key in zip((0.18, 0.36), _ONE_RUN_EXTRAS, strict=True):
             value = r.get(key)
             if value is None or not math.isfinite(float(value)):
                 continue
             marker, color, label = _ONE_RUN_EXTRAS[key]
-            ax.scatter([i + offset], [max(float(value), bottom * 1.05)], marker=marker,
+            ax.scatter([max(float(value), bottom * 1.05)], [i + offset], marker=marker,
                        color=color, s=34, zorder=4, label=label)
     controls = sum(1 for r in ordered if r.get("control"))
     if 0 < controls < len(ordered):
         split = len(ordered) - controls - 0.5
-        ax.axvline(split, color="tab:gray", lw=1, ls="--")
-        ax.text(split + 0.2, top / 1.2, "positive controls (broken on purpose)", fontsize=8,
-                va="top", color="tab:gray")
-    ax.set_xticks(x)
-    ax.set_xticklabels(names, rotation=50, ha="right", fontsize=8)
-    ax.set_ylabel("epsilon (log scale)")
-    ax.set_ylim(bottom, top)
+        ax.axhline(split, color="tab:gray", lw=1, ls="--")
+        ax.text(bottom * 1.1, split + 0.3, "positive controls (broken on purpose)", fontsize=8,
+                va="top", ha="left", color="tab:gray")
+    ax.set_yticks(x)
+    ax.set_yticklabels(names, fontsize=8)
+    ax.invert_yaxis()  # first audit on top
+    ax.set_xlabel("epsilon (log scale)")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlim(bottom, top)
     ax.set_title(title, fontsize=10)
-    ax.grid(axis="y", alpha=0.3, which="both")
+    ax.grid(axis="x", alpha=0.3, which="both")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))
-    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="best", framealpha=0.8)
+    # below the axes: it never covers a point (a bound of 0 sits at the left edge)
+    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper center",
+              bbox_to_anchor=(0.5, -0.09 - 0.3 / max(len(ordered), 1)), ncol=2, frameon=False)
     fig.tight_layout()
     return fig

@@ -257,7 +257,11 @@ _SCRIPT = """window.addEventListener('error',function(){var b=document.body;
 b.dataset.errors=String(Number(b.dataset.errors||0)+1);},true);
 window.addEventListener('load',function(){var im=document.images,n=0;
 for(var i=0;i<im.length;i++){if(im[i].complete&&im[i].naturalWidth>0){n++;}}
-document.body.dataset.figures=im.length;document.body.dataset.figuresLoaded=n;});"""
+document.body.dataset.figures=im.length;document.body.dataset.figuresLoaded=n;
+var w=document.documentElement.clientWidth,s=0;for(var j=0;j<im.length;j++){
+if(im[j].getBoundingClientRect().right>w+1){s++;}}document.body.dataset.figuresOverflowing=s;
+document.body.dataset.smallestFigureScale=Math.min.apply(null,Array.prototype.map.call(im,
+function(x){return x.naturalWidth?x.width/x.naturalWidth:1;})).toFixed(3);});"""
 
 
 def _html_cell(cell: Any, tag: str = "td") -> str:
