@@ -248,7 +248,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from dpkd_audit.reports.audit import audit_markdown_table, plot_audit
 
     if args.all == (args.mechanism is not None):
-        raise ValueError("give one MECHANISM, or --all (see `dpkd mechanisms` and the README)")
+        raise ValueError("give one MECHANISM, or --all (see `dpkd mechanisms` and GUIDE.md)")
     for flag, value in (("--samples", args.samples), ("--max-values", args.max_values)):
         if value > MAX_AUDIT_SAMPLES:
             raise ValueError(f"{flag} must be at most {MAX_AUDIT_SAMPLES:.0e} per side (the "

@@ -3,7 +3,7 @@
 Each method's commands live in their own module (:mod:`dpkd_audit.cli.rknn`,
 :mod:`~dpkd_audit.cli.dpdfd`, :mod:`~dpkd_audit.cli.dgd`), all built on
 :mod:`dpkd_audit.cli.sweeps`; this module only registers them (it imports them, none imports
-it) and renders records as the Markdown the README shows (``results``).
+it) and renders records as the Markdown the guide shows (``results``, GUIDE.md).
 """
 
 from __future__ import annotations
@@ -33,11 +33,12 @@ def add_pipeline_parsers(sub: argparse._SubParsersAction) -> None:
     add_dgd_parsers(run_methods, sweep_methods)
 
     p = sub.add_parser(
-        "results", help="Markdown results table of saved records (the README's results section)",
+        "results",
+        help="Markdown results table of saved records (the guide's results sections, GUIDE.md)",
         description="Reads result records (results.jsonl of a sweep, result.json of a run, or "
                     "folders holding them) and prints one Markdown table with what its columns "
                     "mean, the cluster purity, and a link to each folder with the "
-                    "provenance of its records. The README's results section is this output "
+                    "provenance of its records. GUIDE.md's results sections are this output "
                     "for reports/rknn/*/ (a test keeps them equal).")
     p.add_argument("paths", nargs="+", metavar="PATH",
                    help="result files (.jsonl, .json) or folders holding results.jsonl")

@@ -65,12 +65,12 @@ class CatalogueEntry:
     """One mechanism of the package with an example configuration and its privacy scope.
 
     Attributes:
-        example: The example configuration (the README's table).
+        example: The example configuration (the guide's table, GUIDE.md).
         scope: What one release protects.
         audit: The configuration ``dpkd audit`` checks, where the example's privacy loss is too
             small or too rare to measure with 10^6 samples per side (epsilon 0.01 over 32
             coordinates, 400-cell count matrices, 10,000 shuffled users, delta 1e-5): the same
-            code path at a size and claim where an audit has power (see the README's audit
+            code path at a size and claim where an audit has power (see GUIDE.md's audit
             power table). ``None``: the example itself.
     """
 

@@ -87,7 +87,7 @@ class DiscreteLaplace(Mechanism):
 
     Ghosh, Roughgarden, Sundararajan 2012 (the geometric mechanism); Canonne-Kamath-Steinke
     2020, Section 2 and Algorithm 2 (exact sampler). Lap_Z(b) has pmf
-    P[X = x] = exp(-|x|/b) * tanh(1/(2b)) on the integers; added to an integer query of L1
+    ``P[X = x] = exp(-|x|/b) tanh(1/(2b))`` on the integers; added to an integer query of L1
     sensitivity Delta it is (Delta/b)-DP (the likelihood ratio of two shifts by ||v||_1 <= Delta
     is at most exp(||v||_1 / b), coordinate by coordinate). The scale b = Delta/epsilon is
     rounded *up* to a rational t/s (denominator <= 2^20, adding at most 2^-20 to b; an integer

@@ -3,8 +3,8 @@
 :func:`markdown_table` lays the records out as one row per setup and target epsilon (aggregated
 over seeds by :mod:`dpkd_audit.reports.records`), :func:`seconds_note` says what its
 ``seconds`` column means, :func:`sweep_readme` writes a sweep's page and
-:func:`results_overview` the README's results section (with notes on label accuracy without
-noise, teacher accuracy and where the records came from). It never imports the pipelines or
+:func:`results_overview` the guide's results sections, GUIDE.md (with notes on label accuracy
+without noise, teacher accuracy and where the records came from). It never imports the pipelines or
 torch: everything comes from the records.
 """
 
@@ -359,8 +359,8 @@ def results_overview(paths: Sequence[str | os.PathLike[str]], *,
                      references: Sequence[PaperReference] | None = None) -> str:
     """Markdown overview of several result files: one table, what it means, where it came from.
 
-    This is what the README's results section holds (``dpkd results PATH...`` prints it, and a
-    test keeps the README equal to it): :func:`markdown_table` of all the records, what the
+    This is what the guide's results sections hold (GUIDE.md; ``dpkd results PATH...`` prints
+    it, and a test keeps the guide equal to it): :func:`markdown_table` of all the records, what the
     columns and seconds mean (:func:`seconds_note`), the cluster purity, and a
     link to each result folder with the provenance of its records (or that none is recorded).
 
