@@ -7,6 +7,7 @@ and the false-failure rate is zero.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 
@@ -682,12 +683,17 @@ def test_bad_constructor_arguments():
     np.testing.assert_array_equal(acc.orders, [2.0, 3.0, np.inf])
 
 
-def test_ten_thousand_identical_events_cost_one_curve_evaluation():
-    calls = []
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class CountedEvent(_dp.DpEvent):
+    """A Gaussian-like event whose RDP curve records how many orders each evaluation asks for."""
 
-    @attr.s(frozen=True, slots=True, auto_attribs=True)
-    class CountedEvent(_dp.DpEvent):
-        sigma: float
+    sigma: float
+
+
+@contextlib.contextmanager
+def counted_curve_evaluations():
+    """Register :class:`CountedEvent`'s curve for the block; yield the list of evaluations."""
+    calls: list[int] = []
 
     def curve(event, orders, relation):
         calls.append(len(orders))
@@ -695,6 +701,13 @@ def test_ten_thousand_identical_events_cost_one_curve_evaluation():
 
     register_rdp_curve(CountedEvent, curve)
     try:
+        yield calls
+    finally:
+        unregister_rdp_curve(CountedEvent)
+
+
+def test_ten_thousand_identical_events_cost_one_curve_evaluation():
+    with counted_curve_evaluations() as calls:
         acc = RDPAccountant()
         for _ in range(10_000):
             acc.compose(CountedEvent(100.0))
@@ -704,8 +717,6 @@ def test_ten_thousand_identical_events_cost_one_curve_evaluation():
         assert len(calls) <= 70  # + the probe at compose and a bounded refinement
         reference = RDPAccountant().compose(_dp.GaussianDpEvent(100.0), count=10_000)
         assert eps == pytest.approx(reference.get_epsilon(1e-5), rel=1e-12)
-    finally:
-        unregister_rdp_curve(CountedEvent)
     _, peak = peak_bytes(
         lambda: RDPAccountant().compose(PureDpEvent(1e-4), count=10_000).get_epsilon(1e-5))
     assert peak < 16 * MB  # one grid, not one curve per release (measured 0.07 MB)
@@ -941,18 +952,7 @@ def test_online_composition_is_fast():
     # Issue 3: a ledger composes one event per call and queries after each; the running totals
     # make that about one grid pass per call, never a pass over every earlier event: counted
     # on an event whose curve records each evaluation (200 distinct events, a query after each).
-    calls = []
-
-    @attr.s(frozen=True, slots=True, auto_attribs=True)
-    class CountedEvent(_dp.DpEvent):
-        sigma: float
-
-    def curve(event, orders, relation):
-        calls.append(len(orders))
-        return orders / (2 * event.sigma**2)
-
-    register_rdp_curve(CountedEvent, curve)
-    try:
+    with counted_curve_evaluations() as calls:
         acc = RDPAccountant()
         for i in range(200):
             acc.compose(CountedEvent(20.0 + i))
@@ -962,8 +962,6 @@ def test_online_composition_is_fast():
         # + the order refinement of each query: a few new orders for each distinct event so far
         # (measured 21,026 in all), never the whole grid again (200 x 201 / 2 grid passes)
         assert len(calls) <= 200 + 2 * (200 * 201 // 2)
-    finally:
-        unregister_rdp_curve(CountedEvent)
     rng = np.random.default_rng(0)
     acc = RDPAccountant()
     for i in range(200):
