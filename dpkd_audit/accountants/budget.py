@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dp_accounting import dp_event as _dp
@@ -37,7 +37,7 @@ from dpkd_audit.events import (
     ShuffledLocalDpEvent,
 )
 
-__all__ = ["BudgetRow", "Plan", "PlanKind", "budget_table", "solve"]
+__all__ = ["BudgetRow", "Plan", "PlanKind", "budget_table", "mixed_budget_table", "solve"]
 
 
 class PlanKind(enum.Enum):
@@ -220,15 +220,28 @@ def _compose(factory: Callable[..., Accountant], plan: Plan, noise: float, queri
         _NotApplicableError: When the accountant cannot evaluate the plan (the reason is the note).
         UnsupportedEventError: When it refuses the plan's event.
     """
+    return _compose_into(_new_accountant(factory, plan.neighboring_relation(),
+                                         delta_budget / queries),
+                         plan, noise, queries, delta_budget)
+
+
+def _new_accountant(factory: Callable[..., Accountant], relation: NeighboringRelation,
+                    delta_per_release: float) -> Accountant:
     from dpkd_audit.accountants.shuffle import ShuffleAccountant
 
-    relation = plan.neighboring_relation()
     if factory is ShuffleAccountant:
-        # The releases compose by basic composition: split the delta budget evenly over them.
-        acc: Accountant = ShuffleAccountant(delta_per_release=delta_budget / queries,
-                                            neighboring_relation=relation)
-    else:
-        acc = factory(neighboring_relation=relation)
+        # Shuffled releases compose by basic composition: the delta budget split over them.
+        return ShuffleAccountant(delta_per_release=delta_per_release,
+                                 neighboring_relation=relation)
+    return factory(neighboring_relation=relation)
+
+
+def _compose_into(acc: Accountant, plan: Plan, noise: float, queries: int,
+                  delta_budget: float) -> Accountant:
+    """Compose ``queries`` releases of ``plan`` at ``noise`` into ``acc`` (see :func:`_compose`).
+
+    ``delta_budget`` is the share of delta the plan's per-release guarantees may spend.
+    """
     event = plan.event(noise)
     if plan.kind is PlanKind.GAUSSIAN and isinstance(acc, (PureAccountant,
                                                            AdvancedCompositionAccountant,
@@ -280,6 +293,61 @@ def budget_table(plan: Plan, *, delta: float) -> list[BudgetRow]:
     for name, factory in _accountant_factories(plan, delta).items():
         try:
             acc = _compose(factory, plan, plan.noise, plan.queries, delta)
+            eps = acc.get_epsilon(delta)
+        except (UnsupportedEventError, _NotApplicableError) as exc:
+            rows.append(_not_applicable_row(name, exc))
+            continue
+        rows.append(BudgetRow(accountant=name, method=eps.method, kind=eps.kind.value,
+                              epsilon=float(eps)))
+    return rows
+
+
+def mixed_budget_table(plans: Sequence[Plan], *, delta: float) -> list[BudgetRow]:
+    """Epsilon at ``delta`` of several plans released on the same records, composed.
+
+    Every plan needs its noise and count. Under each accountant that supports every plan's
+    events, all releases are composed in one accountant (RDP and PLD compose them exactly as
+    curves / distributions; pure, advanced and optimal composition need an (epsilon, delta) per
+    release: Gaussian releases get delta / (2 R) each, R the number of Gaussian releases of all
+    plans, as for one plan). An accountant that cannot take one of the plans gets an n/a row.
+
+    Raises:
+        ValueError: For no plan, a plan without noise or count, plans under different
+            neighbouring relations (they would not compose), or a bad delta.
+    """
+    from dpkd_audit.accountants.shuffle import ShuffleAccountant
+
+    plans = tuple(plans)
+    if not plans or not all(isinstance(p, Plan) for p in plans):
+        raise ValueError(f"plans must be a non-empty sequence of Plan; got {plans!r}")
+    for i, plan in enumerate(plans):
+        _check_delta_for(plan, delta)
+        if plan.noise is None or plan.queries is None:
+            raise ValueError(f"plans[{i}] ({plan.kind.value}) needs its noise and its "
+                             f"{'epochs' if plan.kind is PlanKind.DP_SGD else 'queries'}")
+    delta = _validate.check_delta(delta)
+    relations = {p.neighboring_relation() for p in plans}
+    if len(relations) > 1:
+        raise ValueError("the plans account under different neighbouring relations ("
+                         + ", ".join(sorted(r.name for r in relations)) + "): releases on the "
+                         "same records must share one (DP-SGD's add/remove-one, for instance)")
+    (relation,) = relations
+    factories: dict[str, Callable[..., Accountant]] = {}
+    for plan in plans:
+        factories.update(_accountant_factories(plan, delta))
+    gaussian = sum(p.queries or 0 for p in plans if p.kind is PlanKind.GAUSSIAN)
+    total = sum(p.queries or 0 for p in plans)
+    rows = []
+    for name, factory in factories.items():
+        try:
+            if factory is ShuffleAccountant and any(p.kind is not PlanKind.SHUFFLE
+                                                    for p in plans):
+                raise _NotApplicableError("accounts for shuffled releases only")
+            acc = _new_accountant(factory, relation, delta / total)
+            for plan in plans:
+                share = (delta * plan.queries / gaussian if plan.kind is PlanKind.GAUSSIAN
+                         else delta * plan.queries / total)  # type: ignore[operator]
+                _compose_into(acc, plan, plan.noise, plan.queries, share)  # type: ignore[arg-type]
             eps = acc.get_epsilon(delta)
         except (UnsupportedEventError, _NotApplicableError) as exc:
             rows.append(_not_applicable_row(name, exc))

@@ -11,6 +11,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -173,9 +174,95 @@ def _noise_of_epsilon(kind: str, epsilon: float, noise: float | None) -> float:
     return _NOISE_OF_EPSILON[kind](epsilon)
 
 
+#: Keys a release of ``dpkd budget --plan FILE`` may have (the single-plan flags).
+_PLAN_KEYS = {"mechanism", "noise", "epsilon", "queries", "sampling_probability", "classes",
+              "users", "dataset_size", "batch_size", "epochs"}
+
+
+def _mixed_plans(path: str) -> list[Any]:
+    """The releases of ``dpkd budget --plan FILE``, each checked, errors naming file and entry."""
+    from dpkd_audit.accountants.budget import Plan, PlanKind
+    from dpkd_audit.cli.names import PLAN_KINDS, name_key
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"--plan: cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--plan: {path} is not a JSON file: {exc}") from None
+    releases = data.get("releases") if isinstance(data, dict) else None
+    if not isinstance(releases, list) or not releases:
+        raise ValueError(f'--plan: {path} must hold {{"releases": [...]}} with at least one '
+                         "release")
+    plans = []
+    for i, entry in enumerate(releases):
+        where = f"--plan {path}, releases[{i}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where}: must be an object; got {entry!r}")
+        unknown = set(entry) - _PLAN_KEYS
+        if unknown:
+            raise ValueError(f"{where}: unknown keys {sorted(unknown)} (allowed: "
+                             f"{', '.join(sorted(_PLAN_KEYS))})")
+        names = {name_key(k): k for k in PLAN_KINDS}
+        mechanism = names.get(name_key(str(entry.get("mechanism", ""))))
+        if mechanism is None:
+            raise ValueError(f"{where}: mechanism must be one of {', '.join(PLAN_KINDS)}; got "
+                             f"{entry.get('mechanism')!r}")
+        noise = entry.get("noise")
+        if entry.get("epsilon") is not None:
+            noise = _noise_of_epsilon(mechanism, entry["epsilon"], noise)
+        count = "epochs" if mechanism == "dp-sgd" else "queries"
+        if noise is None or entry.get(count) is None:
+            raise ValueError(f"{where} ({mechanism}): needs noise (or epsilon, where the "
+                             f"mechanism has one) and {count}")
+        try:
+            plans.append(Plan(kind=PlanKind(mechanism), noise=noise,
+                              queries=entry.get("queries"),
+                              sampling_probability=entry.get("sampling_probability"),
+                              num_classes=entry.get("classes", 10),
+                              num_users=entry.get("users"),
+                              dataset_size=entry.get("dataset_size"),
+                              batch_size=entry.get("batch_size"), epochs=entry.get("epochs")))
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+    return plans
+
+
+def _budget_mixed(args: argparse.Namespace) -> int:
+    from dpkd_audit.accountants.budget import mixed_budget_table
+
+    if args.mechanism is not None:
+        raise ValueError("--plan FILE holds the releases: give no MECHANISM with it")
+    for flag in ("noise", "epsilon", "queries", "target_epsilon", "sampling_probability",
+                 "users", "dataset_size", "batch_size", "epochs"):
+        if getattr(args, flag) is not None:
+            raise ValueError(f"--plan FILE holds the releases: give no "
+                             f"--{flag.replace('_', '-')} with it (the inverse, "
+                             "--target-epsilon, takes one plan)")
+    plans = _mixed_plans(args.plan)
+    rows = mixed_budget_table(plans, delta=args.delta)
+    if args.json:
+        print(json.dumps({"plan": args.plan, "releases": [
+            {"mechanism": p.kind.value, "noise": p.noise, "queries": p.queries} for p in plans],
+            "delta": args.delta, "rows": [dataclasses.asdict(r) for r in rows]}, indent=2))
+        return 0
+    print(f"plan: {len(plans)} releases composed ("
+          + "; ".join(f"{p.kind.value} noise={p.noise:g} x {p.queries}" for p in plans)
+          + f"); delta={args.delta:g}")
+    table = [[r.accountant, r.method, r.kind, ("n/a" if r.epsilon is None
+                                                else f"{r.epsilon:.6g}")
+              + (f"  ({r.note})" if r.note else "")] for r in rows]
+    print(_table(["accountant", "method", "bound", "epsilon"], table))
+    return 0
+
+
 def _budget(args: argparse.Namespace) -> int:
     from dpkd_audit.accountants.budget import NOISE_MEANING, Plan, PlanKind, budget_table, solve
 
+    if args.plan is not None:
+        return _budget_mixed(args)
+    if args.mechanism is None:
+        raise ValueError("give a MECHANISM (or --plan FILE for several releases composed)")
     kind = PlanKind(args.mechanism)
     sgd = kind is PlanKind.DP_SGD
     if args.epsilon is not None:
@@ -386,8 +473,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "E --noise SIGMA, Poisson sampling at 1/ceil(N/B) under add/remove-one, "
                     "as Opacus accounts a DataLoader(batch_size=B).")
     p.add_argument("mechanism", type=name_type(PLAN_KINDS, "mechanism"), metavar="MECHANISM",
+                   nargs="?",
                    help=f"what each query releases: {', '.join(PLAN_KINDS)} (case, dashes and "
-                        "underscores ignored: Laplace = laplace)")
+                        "underscores ignored: Laplace = laplace); leave it out with --plan")
+    p.add_argument("--plan", metavar="FILE",
+                   help='several releases on the same records, composed: a JSON file {"releases": '
+                        '[{"mechanism": "laplace", "noise": 40, "queries": 100}, {"mechanism": '
+                        '"gaussian", "noise": 5, "queries": 10}, ...]} (each entry takes the '
+                        "flags below as keys: epsilon, sampling_probability, classes, users, "
+                        "dataset_size, batch_size, epochs)")
     p.add_argument("--noise", type=positive_float,
                    help="noise parameter: Laplace scale / sensitivity, Gaussian sigma / "
                         "sensitivity, noisy-max Laplace scale, or local epsilon0 (RR, shuffle)")
