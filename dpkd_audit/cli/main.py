@@ -182,7 +182,8 @@ _PLAN_KEYS = {"mechanism", "noise", "epsilon", "queries", "sampling_probability"
 def _mixed_plans(path: str) -> list[Any]:
     """The releases of ``dpkd budget --plan FILE``, each checked, errors naming file and entry."""
     from dpkd_audit.accountants.budget import Plan, PlanKind
-    from dpkd_audit.cli.names import PLAN_KINDS, name_key
+
+    kind_of = name_type(PLAN_KINDS, "mechanism")  # the spelling rule of `dpkd budget MECHANISM`
 
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -203,11 +204,11 @@ def _mixed_plans(path: str) -> list[Any]:
         if unknown:
             raise ValueError(f"{where}: unknown keys {sorted(unknown)} (allowed: "
                              f"{', '.join(sorted(_PLAN_KEYS))})")
-        names = {name_key(k): k for k in PLAN_KINDS}
-        mechanism = names.get(name_key(str(entry.get("mechanism", ""))))
-        if mechanism is None:
+        try:
+            mechanism = kind_of(str(entry.get("mechanism", "")))
+        except argparse.ArgumentTypeError:
             raise ValueError(f"{where}: mechanism must be one of {', '.join(PLAN_KINDS)}; got "
-                             f"{entry.get('mechanism')!r}")
+                             f"{entry.get('mechanism')!r}") from None
         noise = entry.get("noise")
         if entry.get("epsilon") is not None:
             noise = _noise_of_epsilon(mechanism, entry["epsilon"], noise)
