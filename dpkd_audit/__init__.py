@@ -4,8 +4,6 @@ The top level exports the ledger and its errors; mechanisms, accountants and aud
 their subpackages (``dpkd_audit.mechanisms``, ``dpkd_audit.accountants``, ``dpkd_audit.audit``).
 """
 
-import importlib.metadata as _metadata
-
 from dpkd_audit.errors import (
     BudgetExceededError,
     LedgerAccessError,
@@ -27,17 +25,24 @@ def __getattr__(name: str):
         from dpkd_audit import ledger
 
         return getattr(ledger, name)
+    if name == "__version__":  # read on first use: importlib.metadata costs ~40 ms to import
+        globals()["__version__"] = version = _installed_version()
+        return version
     raise AttributeError(f"module 'dpkd_audit' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _LEDGER_NAMES)
+    return sorted(set(globals()) | _LEDGER_NAMES | {"__version__"})
 
 
-try:  # one source of truth: the version in pyproject.toml, as installed
-    __version__ = _metadata.version("dpkd-audit")
-except _metadata.PackageNotFoundError:  # pragma: no cover - imported from an uninstalled tree
-    __version__ = "0+unknown"
+def _installed_version() -> str:
+    """One source of truth: the version in pyproject.toml, as installed."""
+    import importlib.metadata as _metadata
+
+    try:
+        return _metadata.version("dpkd-audit")
+    except _metadata.PackageNotFoundError:  # pragma: no cover - imported from an uninstalled tree
+        return "0+unknown"
 
 __all__ = [
     "BudgetExceededError",

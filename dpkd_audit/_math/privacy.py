@@ -8,10 +8,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
-import mpmath
 import numpy as np
 from scipy import special
+
+if TYPE_CHECKING:  # imported where used: only the exact (checking) evaluations need mpmath
+    import mpmath
 
 __all__ = [
     "analytic_gaussian_delta",
@@ -98,6 +101,8 @@ def _mp_ncdf(x: mpmath.mpf) -> mpmath.mpf:
     there R(t) = 1/t - 1/t^3 + 3/t^5 - 15/t^7 has relative error < 105/t^8 < 1e-398
     (Abramowitz-Stegun 7.1.23).
     """
+    import mpmath
+
     if abs(x) <= mpmath.mpf(10) ** 50:
         return mpmath.ncdf(x)
     t = abs(x)
@@ -118,6 +123,8 @@ def analytic_gaussian_delta_exact(epsilon: float, sigma: float,
     Returns:
         A float >= the exact delta (the smallest subnormal when delta < Phi(a - b) < 1e-320).
     """
+    import mpmath
+
     if sensitivity / (2.0 * sigma) - epsilon * sigma / sensitivity < -38.0:
         # delta <= Phi(a - b) < Phi(-37.9) < 1e-313 (the a - b computed in floats is within
         # 1e-15 relative of the exact one): no double can tell it from 0.

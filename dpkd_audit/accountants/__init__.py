@@ -13,29 +13,40 @@ Specialised ones: :class:`ShuffleAccountant` (Feldman-McMillan-Talwar amplificat
 :mod:`.budget` evaluates a plan with all of them.
 """
 
-from dpkd_audit.accountants.advanced import (
-    AdvancedCompositionAccountant,
-    OptimalCompositionAccountant,
-    dgd_published_epsilon,
-)
-from dpkd_audit.accountants.base import (
-    Accountant,
-    BoundKind,
-    Epsilon,
-    NeighboringRelation,
-    UnsupportedEventError,
-)
-from dpkd_audit.accountants.calibration import CalibrationError, calibrate_noise, max_queries
-from dpkd_audit.accountants.pate import PATEAccountant, PATEReport
-from dpkd_audit.accountants.pld.accountant import PLDAccountant
-from dpkd_audit.accountants.pure import PureAccountant, event_guarantee
-from dpkd_audit.accountants.rdp.accountant import RDPAccountant, rdp_curve, register_rdp_curve
-from dpkd_audit.accountants.shuffle import (
-    ShuffleAccountant,
-    ShuffleBound,
-    closed_form_epsilon,
-    numerical_epsilon,
-)
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Any
+
+#: Where each exported name lives. The names are imported on first access (PEP 562), so that
+#: importing one accountant (``dpkd_audit.accountants.pld`` for ``dpkd audit``, the five of
+#: ``dpkd budget``) does not load all of them (PATE, shuffle, calibration, ...).
+_EXPORTS: dict[str, str] = {
+    "AdvancedCompositionAccountant": "advanced",
+    "OptimalCompositionAccountant": "advanced",
+    "dgd_published_epsilon": "advanced",
+    "Accountant": "base",
+    "BoundKind": "base",
+    "Epsilon": "base",
+    "NeighboringRelation": "base",
+    "UnsupportedEventError": "base",
+    "CalibrationError": "calibration",
+    "calibrate_noise": "calibration",
+    "max_queries": "calibration",
+    "PATEAccountant": "pate",
+    "PATEReport": "pate",
+    "PLDAccountant": "pld.accountant",
+    "PureAccountant": "pure",
+    "event_guarantee": "pure",
+    "RDPAccountant": "rdp.accountant",
+    "rdp_curve": "rdp.accountant",
+    "register_rdp_curve": "rdp.accountant",
+    "ShuffleAccountant": "shuffle",
+    "ShuffleBound": "shuffle",
+    "closed_form_epsilon": "shuffle",
+    "numerical_epsilon": "shuffle",
+}
 
 __all__ = [
     "Accountant",
@@ -62,3 +73,19 @@ __all__ = [
     "rdp_curve",
     "register_rdp_curve",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
+    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}"):
+        # a submodule (``accountants.pld``, ``accountants.rdp``, ...), as when they were all
+        # imported with the package
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

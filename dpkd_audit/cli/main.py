@@ -441,13 +441,22 @@ def _version() -> str:
     return package_version() or "(not installed: no package metadata)"
 
 
+class _VersionAction(argparse._VersionAction):
+    """``--version``, whose version is read only when asked for (importlib.metadata: ~40 ms)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        self.version = f"%(prog)s {_version()}"
+        super().__call__(parser, namespace, values, option_string)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``dpkd`` (one sub-parser per subcommand)."""
     parser = argparse.ArgumentParser(
         prog="dpkd",
         description="Differential-privacy accounting and mechanism auditing for private "
                     "knowledge distillation.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     parser.subcommands = sub.choices  # for errors after parsing: the subcommand's own usage
@@ -569,9 +578,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _dataset_errors() -> tuple[type[Exception], ...]:
+    """``DatasetNotFoundError``, if the datasets module (the only one raising it) was loaded.
+
+    So the commands without data (``budget``, ``audit``, ...) do not import it to catch it.
+    """
+    datasets = sys.modules.get("dpkd_audit.data.datasets")
+    return (datasets.DatasetNotFoundError,) if datasets is not None else ()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dpkd`` console script."""
-    from dpkd_audit.data import DatasetNotFoundError
     from dpkd_audit.errors import BudgetExceededError, LedgerError
 
     parser = build_parser()
@@ -583,7 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "out", None) is not None:  # every --out is a folder: refused before
             check_output_dir(args.out, "--out")      # any data is loaded or work is done
         return args.func(args)
-    except (ValueError, BudgetExceededError, LedgerError, DatasetNotFoundError) as exc:
+    except (ValueError, BudgetExceededError, LedgerError, *_dataset_errors()) as exc:
         print(f"dpkd {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # e.g. a disk that fills up or a path made read-only mid-run

@@ -4,24 +4,34 @@ Nothing here imports the pipelines or torch: reports are built from records (dic
 only, so they can be regenerated from committed ``results.jsonl`` files.
 """
 
-from dpkd_audit.reports.accuracy import accuracy_figure, plot_accuracy
-from dpkd_audit.reports.audit import audit_markdown_table, plot_audit
-from dpkd_audit.reports.records import (
-    REQUIRED_KEYS,
-    SETUP_KEYS,
-    Metric,
-    load_records,
-    validate_record,
-)
-from dpkd_audit.reports.references import PAPER_REFERENCES, PaperReference, references_for
-from dpkd_audit.reports.tables import (
-    PARTIAL_SECONDS_MARK,
-    TABLE_COLUMNS,
-    markdown_table,
-    results_overview,
-    seconds_note,
-    sweep_readme,
-)
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Any
+
+#: Where each exported name lives; imported on first access (PEP 562), so that ``dpkd audit``
+#: (which needs :mod:`.audit` only) does not load the sweep tables, records and accuracy plots.
+_EXPORTS: dict[str, str] = {
+    "accuracy_figure": "accuracy",
+    "plot_accuracy": "accuracy",
+    "audit_markdown_table": "audit",
+    "plot_audit": "audit",
+    "REQUIRED_KEYS": "records",
+    "SETUP_KEYS": "records",
+    "Metric": "records",
+    "load_records": "records",
+    "validate_record": "records",
+    "PAPER_REFERENCES": "references",
+    "PaperReference": "references",
+    "references_for": "references",
+    "PARTIAL_SECONDS_MARK": "tables",
+    "TABLE_COLUMNS": "tables",
+    "markdown_table": "tables",
+    "results_overview": "tables",
+    "seconds_note": "tables",
+    "sweep_readme": "tables",
+}
 
 __all__ = [
     "PAPER_REFERENCES",
@@ -43,3 +53,18 @@ __all__ = [
     "sweep_readme",
     "validate_record",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
+    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}"):
+        # a submodule (``reports.tables``, ...), as when the package imported them all
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
