@@ -96,7 +96,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     if args.method == "dgd":
-        config = DgdConfig.small(dataset=args.dataset)
+        # the recipes vary the paper's generator (DAFL's loss alone)
+        config = DgdConfig.small(dataset=args.dataset, generator_statistics="none")
         source, generator_base, student = config.baseline, config.generator, config.student
     else:
         dp = DpdfdConfig.small(dataset=args.dataset)

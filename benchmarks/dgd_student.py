@@ -56,7 +56,8 @@ def main() -> None:
     emit = jsonl_emitter(args.out)
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    config = DgdConfig.small(dataset=args.dataset)
+    # the paper's generator (DAFL's loss alone), as when these figures were measured
+    config = DgdConfig.small(dataset=args.dataset, generator_statistics="none")
     dataset = load_data(config, data_dir=args.data_dir).dataset
     trained = train_teacher(dataset.train_images, dataset.train_labels,
                             num_classes=dataset.num_classes, test_images=dataset.test_images,

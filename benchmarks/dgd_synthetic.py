@@ -77,7 +77,8 @@ def main() -> None:
         parser.error(f"--variants: unknown {unknown}; known: {list(VARIANTS)}")
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    base = DgdConfig.small(dataset=args.dataset, queries=args.queries)
+    base = DgdConfig.small(dataset=args.dataset, queries=args.queries,
+                           generator_statistics="none")  # the paper's generator
     dataset = load_data(base, data_dir=args.data_dir).dataset
     trained = train_teacher(dataset.train_images, dataset.train_labels,
                             num_classes=dataset.num_classes, test_images=dataset.test_images,

@@ -54,6 +54,7 @@ from dpkd_audit.pipelines.dgd import (
     sweep_configs,
 )
 from dpkd_audit.pipelines.dgd.config import PAPER_QUERIES
+from dpkd_audit.pipelines.dgd.pipeline import preparation_key
 from dpkd_audit.pipelines.dgd.student import soft_cross_entropy, train_tnar_student
 
 
@@ -69,7 +70,7 @@ def tiny(**overrides):
         ensemble=EnsembleConfig(num_teachers=10, widths=(4, 8), steps=20, batch_size=16,
                                 learning_rate=3e-3),
         generator=GeneratorConfig(width=8, steps=10, batch_size=32, beta=0.0,
-                                  activation_weight=0.1),
+                                  activation_weight=0.1), generator_statistics="none",
         sound_generator=GeneratorConfig(width=8, steps=10, batch_size=32, beta=10.0,
                                         activation_weight=0.1),
         vae=VaeConfig(width=4, steps=10, batch_size=32),
@@ -323,6 +324,29 @@ def test_published_run_charges_every_query_before_its_label(digits, monkeypatch)
     assert "dp_feature_statistics" not in record["generator"]["loss_terms"]
 
 
+def test_published_generator_with_exact_statistics_is_a_named_departure(digits):
+    """``generator_statistics='exact'``: the generator matches the private data's statistics
+    through the published baseline (issue 30); the record says they are not private, the
+    record-level epsilon stays infinite, sweeps share the stage, sound runs ignore it."""
+    generator = GeneratorConfig(width=8, steps=10, batch_size=32, beta=10.0,
+                                activation_weight=0.1)
+    config = tiny(generator=generator, generator_statistics="exact")
+    configs = sweep_configs(config, modes=["published"], seeds=[0], queries=[10, 20])
+    results = list(sweep(configs))
+    record = results[0].to_record()
+    assert record["config"]["generator_statistics"] == "exact"
+    assert record["statistics"]["sampler"].endswith("not private")
+    assert "exact_feature_statistics" in record["generator"]["loss_terms"]
+    assert "dp_feature_statistics" not in record["generator"]["loss_terms"]
+    assert record["epsilon_record_level"] is None
+    assert all("statistics" in r.shared_stages for r in results)
+    assert "statistics" in record["seconds"]
+    sound = dataclasses.replace(config, mode="sound", epsilon=3.0, queries=None)
+    assert sound.active_generator_statistics.value == "none"
+    assert preparation_key(config) != preparation_key(
+        tiny(generator=dataclasses.replace(generator, beta=0.0), generator_statistics="none"))
+
+
 def test_latent_code_perturbation_needs_the_student_on_reconstructions():
     """The released noisy codes protect the synthetic images only if the student reads
     nothing but their reconstructions."""
@@ -448,7 +472,11 @@ def test_published_refused_by_a_finite_ledger_before_any_work(digits):
     ({"mode": "sound", "epsilon": 3.0, "label_filter": "agree"}, "label_filter"),
     ({"mode": "sound", "epsilon": 3.0, "distillation_weight": 0.0}, "label_filter='none'"),
     ({"statistics": StatisticsConfig(epsilon_share=0.0)}, "sound_generator.beta > 0 needs"),
-    ({"generator": GeneratorConfig(beta=10.0)}, "generator.beta must be 0"),
+    ({"generator": GeneratorConfig(beta=10.0), "generator_statistics": "none"},
+     "must be > 0 exactly when generator_statistics='exact'"),
+    ({"generator": GeneratorConfig(beta=0.0), "generator_statistics": "exact"},
+     "must be > 0 exactly when generator_statistics='exact'"),
+    ({"generator_statistics": "noisy"}, "generator_statistics must be one of"),
 ])
 def test_bad_config_is_refused(overrides, match):
     with pytest.raises(ValueError, match=match):
@@ -492,7 +520,11 @@ def test_paper_settings():
     assert config.ensemble.num_teachers == 250 and config.noise_scale == 40.0
     assert config.queries == 1300 and config.vae.latent_dim == 32
     assert config.generator.alpha == 5.0 and config.generator.activation_weight == 0.1
-    assert config.generator.beta == 0.0
+    # the small preset's departure: exact statistics (weight 10); the paper's generator on request
+    assert config.generator_statistics.value == "exact" and config.generator.beta == 10.0
+    assert DgdConfig.small(generator_statistics="none").generator.beta == 0.0
+    assert DgdConfig.small(mode="sound", epsilon=1.0).active_generator_statistics.value == "none"
+    assert DgdConfig.paper().generator_statistics.value == "none"
     assert DgdConfig.small(mode="sound", epsilon=1.0).queries is None
     assert DgdConfig.paper().ensemble.widths == (64, 128)
     paper_generator = DgdConfig.paper().generator

@@ -355,6 +355,43 @@ def test_released_statistics_are_the_clipped_means_and_one_record_moves_them_by_
     assert moved > 0.4                       # the clip binds: the record counts fully
 
 
+def test_exact_statistics_are_the_plain_means_and_variances_at_every_conv_input():
+    """Published DGD's ``generator_statistics='exact'``: no noise, no clipping (issue 30)."""
+    from dpkd_audit.pipelines.common.dp_statistics import (
+        StatisticsConfig,
+        exact_feature_statistics,
+        statistics_layers,
+        statistics_record,
+    )
+
+    teacher = _tiny_teacher()
+    images = np.random.default_rng(1).integers(0, 256, size=(37, 8, 8), dtype=np.uint8)
+    config = StatisticsConfig(clip_norm=1e-3, batch_size=8)  # a clip that would bind everywhere
+    ref = exact_feature_statistics(teacher, images, config=config, device=torch.device("cpu"))
+    inputs: list[torch.Tensor] = []
+    handles = [m.register_forward_pre_hook(lambda _m, a: inputs.append(a[0]))
+               for m in statistics_layers(teacher)]
+    with torch.no_grad():
+        teacher(torch.from_numpy(images).float().div(255.0).unsqueeze(1))
+    for h in handles:
+        h.remove()
+    assert len(ref.means) == len(inputs) >= 2 and ref.mechanism is None
+    first = inputs[0].flatten(1).double()
+    np.testing.assert_allclose(ref.means[0].numpy(), first.mean(0).numpy(), atol=1e-6)
+    np.testing.assert_allclose(ref.variances[0].numpy(), first.var(0, unbiased=False).numpy(),
+                               atol=1e-6)
+    for i, later in enumerate(inputs[1:], start=1):
+        later = later.double()
+        np.testing.assert_allclose(ref.means[i].numpy(), later.mean(dim=(0, 2, 3)).numpy(),
+                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(ref.variances[i].numpy(),
+                                   later.var(dim=(0, 2, 3), unbiased=False).numpy(),
+                                   rtol=1e-4, atol=1e-6)
+    record = statistics_record(config, None, ref)
+    assert record["sampler"].endswith("not private") and record["layers"] == len(inputs)
+    assert statistics_record(config, None) is None
+
+
 def test_clip_weights_keep_the_scale_where_the_clip_binds_and_move_by_at_most_the_sensitivity():
     """Issue 30: a clip below every record's norm shrank the released statistics (digits ~7x)."""
     from dpkd_audit.pipelines.common.dp_statistics import StatisticsConfig, StatisticsScale

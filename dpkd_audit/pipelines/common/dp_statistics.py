@@ -65,6 +65,7 @@ __all__ = [
     "ReferenceStatistics",
     "StatisticsConfig",
     "StatisticsScale",
+    "exact_feature_statistics",
     "release_feature_statistics",
     "statistics_coordinates",
     "statistics_layers",
@@ -259,7 +260,8 @@ class ReferenceStatistics:
         means: Per layer, the mean image (first layer, pixel statistics) or channel means.
         variances: The matching variances (>= 0).
         pixel_statistics: Whether the first layer's are per pixel.
-        mechanism: The Gaussian mechanism the sum was released with.
+        mechanism: The Gaussian mechanism the sum was released with; ``None`` for
+            :func:`exact_feature_statistics` (not private).
         clip_factor_mean: ``CLIP_WEIGHTS``: the released mean clip factor W / N (a DP figure:
             1 when C is above every record's norm, C / norm when it binds everywhere); else
             ``None``.
@@ -268,7 +270,7 @@ class ReferenceStatistics:
     means: tuple[torch.Tensor, ...]
     variances: tuple[torch.Tensor, ...]
     pixel_statistics: bool
-    mechanism: Gaussian
+    mechanism: Gaussian | TextbookGaussian | None
     clip_factor_mean: float | None = None
 
 
@@ -284,14 +286,15 @@ class FeatureStatistics:
         ValueError: If the reference does not fit the model's layers.
     """
 
-    name = "dp_feature_statistics"
-
     def __init__(self, model: nn.Module, reference: ReferenceStatistics) -> None:
         self._hooks = _Hooks(statistics_layers(model))
         if len(reference.means) != len(self._hooks.layers):
             raise ValueError(f"reference holds {len(reference.means)} layers; the teacher has "
                              f"{len(self._hooks.layers)} Conv2d layers")
         self.reference = reference
+        #: The generator's loss-term name: released (DP) or exact (not private) statistics.
+        self.name = "exact_feature_statistics" if reference.mechanism is None \
+            else "dp_feature_statistics"
         self.pairs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
     @property
@@ -340,14 +343,65 @@ def release_feature_statistics(teacher: nn.Module, images: np.ndarray, *,
         raise ValueError(f"mechanism's sensitivity {mechanism.sensitivity.value} must equal the "
                          f"release's {config.sensitivity} (clip_norm {config.clip_norm}, scale "
                          f"{config.scale.name})")
+    total, sizes, n = _statistics_sum(teacher, images, config=config, device=device,
+                                      clip=True)
+    if isinstance(mechanism, Gaussian) and mechanism.coordinates != total.numel():
+        raise ValueError(f"the mechanism was calibrated for {mechanism.coordinates} coordinates; "
+                         f"the teacher's statistics have {total.numel()} (statistics_coordinates "
+                         "of another architecture or image size)")
+    noisy = np.asarray(mechanism.release(total.numpy(), rng=rng, ledger=ledger, label=label),
+                       dtype=np.float64)
+    factor_mean = None
+    if config.scale is StatisticsScale.CLIP_WEIGHTS:
+        weight = min(max(float(noisy[-1]) / (config.weight_share * config.clip_norm), 1.0),
+                     float(n))
+        noisy = noisy[:-1] / weight
+        factor_mean = weight / n
+    else:
+        noisy = noisy / n
+    return _reference(noisy, sizes, pixel_statistics=config.pixel_statistics,
+                      mechanism=mechanism, clip_factor_mean=factor_mean)
+
+
+def exact_feature_statistics(model: nn.Module, images: np.ndarray, *,
+                             config: StatisticsConfig, device: torch.device
+                             ) -> ReferenceStatistics:
+    """The private data's feature statistics through ``model``, **without noise or clipping**.
+
+    Not differentially private: for the published modes only, whose model already saw the
+    private records without noise (DGD's ``generator_statistics='exact'``). The layout (layers,
+    per-pixel first layer) is that of :func:`release_feature_statistics`, so the generator's
+    term is the same; ``config.clip_norm``, ``scale`` and ``weight_share`` are not used.
+
+    Args:
+        model: A trained classifier with ``Conv2d`` layers, on ``device``.
+        images: uint8 ``(n, h, w)`` images.
+        config: The layout (``pixel_statistics``) and ``batch_size``.
+        device: Where the forward passes run.
+
+    Returns:
+        The means and variances (``mechanism`` ``None``).
+    """
+    total, sizes, n = _statistics_sum(model, images, config=config, device=device, clip=False)
+    return _reference(total.numpy() / n, sizes, pixel_statistics=config.pixel_statistics,
+                      mechanism=None, clip_factor_mean=None)
+
+
+def _statistics_sum(model: nn.Module, images: np.ndarray, *, config: StatisticsConfig,
+                    device: torch.device, clip: bool) -> tuple[torch.Tensor, list[int], int]:
+    """The records' statistics vectors summed (float64, CPU), each layer's width, the count.
+
+    With ``clip``, each vector is clipped to ``config.clip_norm`` first and, for
+    ``CLIP_WEIGHTS``, carries its clip weight (module docstring, steps 2-3).
+    """
     images = np.asarray(images)
     n = images.shape[0] if images.ndim == 3 else 0
     if n < 1:
         raise ValueError(f"images must be a non-empty (n, h, w) array; got shape {images.shape}")
-    weighted = config.scale is StatisticsScale.CLIP_WEIGHTS
-    hooks = _Hooks(statistics_layers(teacher))
-    was_training = teacher.training
-    teacher.eval()
+    weighted = clip and config.scale is StatisticsScale.CLIP_WEIGHTS
+    hooks = _Hooks(statistics_layers(model))
+    was_training = model.training
+    model.eval()
     total = torch.zeros(0, dtype=torch.float64)
     sizes: list[int] = []
     try:
@@ -356,61 +410,59 @@ def release_feature_statistics(teacher: nn.Module, images: np.ndarray, *,
                 x = torch.from_numpy(np.array(images[start:start + config.batch_size],
                                               dtype=np.uint8)).unsqueeze(1).float().div_(255.0)
                 with hooks:
-                    teacher(x.to(device))
+                    model(x.to(device))
                 means, squares = zip(*(_per_record(h, config.pixel_statistics and i == 0)
                                        for i, h in enumerate(hooks.inputs)), strict=True)
                 sizes = [m.shape[1] for m in means]
                 v = torch.cat([*means, *squares], dim=1).double()
-                norms = torch.linalg.vector_norm(v, dim=1, keepdim=True)
-                factor = torch.clamp(config.clip_norm / norms.clamp_min(1e-300), max=1.0)
-                v = v * factor
+                if clip:
+                    norms = torch.linalg.vector_norm(v, dim=1, keepdim=True)
+                    factor = torch.clamp(config.clip_norm / norms.clamp_min(1e-300), max=1.0)
+                    v = v * factor
                 if weighted:  # r C c(x): its sum is r C W
                     v = torch.cat([v, factor * (config.weight_share * config.clip_norm)], dim=1)
                 part = v.sum(dim=0).cpu()
                 total = part if total.numel() == 0 else total + part
     finally:
-        teacher.train(was_training)
-    if isinstance(mechanism, Gaussian) and mechanism.coordinates != total.numel():
-        raise ValueError(f"the mechanism was calibrated for {mechanism.coordinates} coordinates; "
-                         f"the teacher's statistics have {total.numel()} (statistics_coordinates "
-                         "of another architecture or image size)")
-    noisy = np.asarray(mechanism.release(total.numpy(), rng=rng, ledger=ledger, label=label),
-                       dtype=np.float64)
-    factor_mean = None
-    if weighted:
-        weight = min(max(float(noisy[-1]) / (config.weight_share * config.clip_norm), 1.0),
-                     float(n))
-        noisy = noisy[:-1] / weight
-        factor_mean = weight / n
-    else:
-        noisy = noisy / n
+        model.train(was_training)
+    return total, sizes, n
+
+
+def _reference(values: np.ndarray, sizes: list[int], *, pixel_statistics: bool,
+               mechanism: Gaussian | TextbookGaussian | None,
+               clip_factor_mean: float | None) -> ReferenceStatistics:
+    """Means and mean squares (per layer, concatenated) as :class:`ReferenceStatistics`."""
     half = sum(sizes)
-    means_all, squares_all = noisy[:half], noisy[half:]
+    means_all, squares_all = values[:half], values[half:]
     means_out, vars_out = [], []
     offset = 0
     for size in sizes:
         m = means_all[offset:offset + size]
-        s = squares_all[offset:offset + size]
+        sq = squares_all[offset:offset + size]
         means_out.append(torch.from_numpy(m).float())
-        vars_out.append(torch.from_numpy(np.maximum(s - m * m, 0.0)).float())
+        vars_out.append(torch.from_numpy(np.maximum(sq - m * m, 0.0)).float())
         offset += size
     return ReferenceStatistics(means=tuple(means_out), variances=tuple(vars_out),
-                               pixel_statistics=config.pixel_statistics, mechanism=mechanism,
-                               clip_factor_mean=factor_mean)
+                               pixel_statistics=pixel_statistics, mechanism=mechanism,
+                               clip_factor_mean=clip_factor_mean)
 
 
 def statistics_record(config: StatisticsConfig, mechanism: Gaussian | None,
                       reference: ReferenceStatistics | None = None) -> dict[str, Any] | None:
-    """The run record's ``statistics`` entry (``None`` without a release).
+    """The run record's ``statistics`` entry (``None`` without statistics).
 
     Args:
         config: The release's config.
         mechanism: Its Gaussian mechanism, or ``None`` for no release.
         reference: The released statistics, when the run made them (adds ``layers`` and the
-            released ``clip_factor_mean``).
+            released ``clip_factor_mean``); with ``mechanism`` ``None``, statistics from
+            :func:`exact_feature_statistics` give an entry saying they are not private.
     """
     if mechanism is None:
-        return None
+        if reference is None or reference.mechanism is not None:
+            return None
+        return {"sampler": "exact (no noise, no clipping): not private",
+                "layers": len(reference.means), "pixel_statistics": reference.pixel_statistics}
     record: dict[str, Any] = {
         "epsilon": mechanism.epsilon, "delta": mechanism.delta,
         "clip_norm": config.clip_norm, "scale": config.scale.value,

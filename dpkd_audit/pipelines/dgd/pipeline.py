@@ -72,6 +72,7 @@ from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.dp_statistics import (
     FeatureStatistics,
     ReferenceStatistics,
+    exact_feature_statistics,
     statistics_coordinates,
     statistics_mechanism,
     statistics_record,
@@ -96,7 +97,7 @@ from dpkd_audit.pipelines.common.loading import LoadedData, load_generative_data
 from dpkd_audit.pipelines.common.progress import StageTimer
 from dpkd_audit.pipelines.common.source import fit_dp_source, fit_source
 from dpkd_audit.pipelines.common.vae import VaeResult, train_vae
-from dpkd_audit.pipelines.dgd.config import DgdConfig, DgdMode
+from dpkd_audit.pipelines.dgd.config import DgdConfig, DgdMode, GeneratorStatistics
 from dpkd_audit.pipelines.dgd.queries import kept_labels, select_queries
 from dpkd_audit.pipelines.dgd.student import train_tnar_student
 from dpkd_audit.provenance import provenance
@@ -131,8 +132,8 @@ __all__ = [
 METHOD = "dgd"
 
 #: Stages a sweep's published runs share (none depends on the number of queries).
-PREPARED_STAGES: tuple[str, ...] = ("data", "shards", "ensemble", "baseline", "generator",
-                                    "synthetic", "vae")
+PREPARED_STAGES: tuple[str, ...] = ("data", "shards", "ensemble", "baseline", "statistics",
+                                    "generator", "synthetic", "vae")
 
 #: Why a published run has no record-level guarantee (stored in the ledger and the record).
 NOT_PRIVATE_REASON = (
@@ -350,7 +351,8 @@ def preparation_key(config: DgdConfig) -> tuple[Any, ...]:
     parts = config.to_dict()
     stages = tuple(json.dumps(parts[name], sort_keys=True)
                    for name in ("baseline", "generator", "vae", "synthetic"))
-    key: tuple[Any, ...] = (*ensemble_key(config), config.mode, *stages)
+    key: tuple[Any, ...] = (*ensemble_key(config), config.mode, *stages,
+                            config.active_generator_statistics)
     if config.mode is DgdMode.SOUND:
         key += (config.epsilon, config.queries, config.query_share, config.noise_scale,
                 json.dumps(parts["dp_baseline"], sort_keys=True),
@@ -479,6 +481,10 @@ def prepare(config: DgdConfig, *, data: LoadedData, device: torch.device | str |
         baseline, accuracy = fit_source(dataset, config=config.baseline, role="baseline",
                                         timer=timer, seed=config.seed, device=device,
                                         progress=progress)
+        if config.active_generator_statistics is GeneratorStatistics.EXACT:
+            with timer.stage("statistics"):  # a departure, not private (GeneratorStatistics)
+                statistics = FeatureStatistics(baseline, exact_feature_statistics(
+                    baseline, dataset.train_images, config=config.statistics, device=device))
     with timer.stage("generator"):
         trainer = GeneratorTrainer(baseline, image_shape=dataset.image_shape,
                                    num_classes=dataset.num_classes,

@@ -159,7 +159,7 @@ def sweep(configs: Sequence[DgdConfig], *, device: torch.device | str | None = N
                     else prepare(config, data=data, device=device, ensemble=share_ensemble,
                                  progress=progress)
             share = prepared[key]
-            shared = PREPARED_STAGES
+            shared = tuple(s for s in PREPARED_STAGES if s in share.seconds)
         result = run(config, ledger=ledger_for(config), rng=label_rng(config), device=device,
                      data=data, prepared=share, ensemble=None if share else share_ensemble,
                      progress=progress)
