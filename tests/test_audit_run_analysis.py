@@ -24,12 +24,15 @@ from dpkd_audit.cli.main import main
 CLAIM = 6.0
 
 
-def _bound(epsilon: float = CLAIM, delta: float = 1e-5, guesses: int = 50):
+def _bound(epsilon: float = CLAIM, delta: float = 1e-5, guesses: int = 50,
+           guesses_out: int | None = None):
     rng = np.random.default_rng(34)
     included = rng.random(1000) < 0.5
     scores = gaussian_mu(8.6, 1e-5) * included + rng.standard_normal(1000)
-    return one_run_bound(scores, included, epsilon=epsilon, delta=delta, guesses_in=guesses,
-                         guesses_out=guesses), scores, included
+    out = guesses if guesses_out is None else guesses_out
+    bound = one_run_bound(scores, included, epsilon=epsilon, delta=delta, guesses_in=guesses,
+                          guesses_out=out)
+    return bound, scores, included
 
 
 def test_the_enum_parses_selects_and_decides():
@@ -75,7 +78,10 @@ def test_one_run_analyses_side_by_side():
 
 @pytest.fixture
 def fake_dp_sgd(monkeypatch):
-    """The DP-DFD sound path with the plan and the DP-SGD run replaced (no training)."""
+    """The DP-DFD sound path with the plan and the DP-SGD run replaced (no training).
+
+    Returns the guess counts each call of ``audit_dp_sgd`` received.
+    """
     from dpkd_audit.pipelines import dpdfd
     from dpkd_audit.pipelines.common import dp_sgd_audit
 
@@ -83,14 +89,18 @@ def fake_dp_sgd(monkeypatch):
         target_epsilon=10.0, noise_multiplier=1.0, steps=10,
         schedule=types.SimpleNamespace(sampling_probability=0.1, dataset_size=100))
 
-    def fake_audit(data, *, guesses, confidence, **_):
-        bound, scores, included = _bound(guesses=guesses)
+    calls = []
+
+    def fake_audit(data, *, guesses, guesses_out, confidence, **_):
+        calls.append((guesses, guesses_out))
+        bound, scores, included = _bound(guesses=guesses, guesses_out=guesses_out)
         return dp_sgd_audit.DpSgdAudit(role="teacher", plan=plan, epsilon_dp_sgd=CLAIM,
                                        bound=bound, scores=scores, included=included,
                                        canary_rows=0, test_accuracy=0.5, seconds=0.0)
 
     monkeypatch.setattr(dpdfd, "planned_dp_sgd", lambda *args, **kwargs: plan)
     monkeypatch.setattr(dp_sgd_audit, "audit_dp_sgd", fake_audit)
+    return calls
 
 
 @pytest.mark.parametrize("analysis, shown, code", [
@@ -133,3 +143,22 @@ def test_cli_bad_analysis_is_refused_naming_the_flag(tmp_path, capsys, pipeline,
     assert "argument --analysis: must be one of steinke, fdp, gaussian, all" in err
     assert repr(value) in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("flags, sides", [
+    ([], (50, 50)),  # today's default: 5% of --canaries on each side
+    (["--guesses", "30"], (30, 30)),  # --guesses alone: each side, as before
+    (["--guesses", "300", "--guesses-out", "20"], (300, 20)),
+    (["--guesses", "200", "--guesses-out", "0"], (200, 0)),  # "in" guesses only
+    (["--guesses-out", "0"], (50, 0)),  # the default "in" count
+])
+def test_cli_guesses_out_reaches_the_audit_and_the_record(tmp_path, capsys, fake_dp_sgd, flags,
+                                                          sides):
+    out = tmp_path / "audit"
+    main(["audit-run", "dpdfd", "--epsilon", "10", "--canaries", "1000", *flags,
+          "--out", str(out), "--quiet"])
+    assert fake_dp_sgd == [sides]
+    record = json.loads((out / "audit.json").read_text())
+    assert (record["guesses_in"], record["guesses_out"]) == sides
+    assert record["guesses"] == sum(sides)
+    assert f"guesses right ({sides[0]} in, {sides[1]} out)" in capsys.readouterr().out

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import types
 import warnings
 
 import numpy as np
@@ -22,17 +23,23 @@ import pytest
 import torch
 
 from dpkd_audit.accountants.dp_sgd import DpSgdAccountant
+from dpkd_audit.audit import training
+from dpkd_audit.audit.one_run_fdp import one_run_fdp_epsilon
 from dpkd_audit.cli.main import main
 from dpkd_audit.data import load_dataset
 from dpkd_audit.ledger import Ledger
-from dpkd_audit.pipelines.common import dp_teacher
+from dpkd_audit.pipelines.common import dp_sgd_audit, dp_teacher
 from dpkd_audit.pipelines.common.canaries import (
     CanaryPlacement,
     CanaryTap,
     GradientCanaries,
     GradientCanaryInjector,
 )
-from dpkd_audit.pipelines.common.dp_sgd_audit import audit_dp_sgd, default_guesses
+from dpkd_audit.pipelines.common.dp_sgd_audit import (
+    audit_dp_sgd,
+    default_guesses,
+    resolve_guesses,
+)
 from dpkd_audit.pipelines.common.teacher import TeacherArchitecture, TeacherConfig, build_teacher
 from dpkd_audit.pipelines.dpdfd import DpdfdConfig
 from dpkd_audit.pipelines.dpdfd.pipeline import ledger_for, load_data, planned_dp_sgd
@@ -197,6 +204,8 @@ def test_dp_sgd_audit_holds_the_claim_with_power(digits_audit):
     assert len(ledger.charges()) == 1  # the plan, charged before the first step
     record = result.to_record()
     assert record["estimator"] == "one-run" and record["canaries"] == 1000
+    assert record["guesses_in"] == record["guesses_out"] == default_guesses(1000)
+    assert record["guesses"] == 2 * default_guesses(1000)
     json.dumps(record, allow_nan=False)
 
 
@@ -211,6 +220,156 @@ def test_dp_sgd_audit_rejects_bad_guesses(digits_audit):
         audit_dp_sgd(data, role="teacher", teacher=config.dp_teacher, dp_sgd=config.dp_sgd,
                      plan=plan, ledger=ledger, canaries=1000)
     assert len(ledger.charges()) == 0  # refused before any charge
+
+
+def test_dp_sgd_audit_in_guesses_only_end_to_end(digits_audit):
+    """Issue 34: "in" guesses only (guesses_out=0) on the small digits teacher, really trained.
+
+    The same run as ``digits_audit`` (same config, seeds and canaries); the bound is the
+    Steinke analysis of the 100 highest scores guessed "in" and nothing guessed "out".
+    """
+    config, plan, _, canaries, _ = digits_audit
+    data = load_data(config).dataset
+    ledger = ledger_for(config)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = audit_dp_sgd(data, role="teacher", teacher=config.dp_teacher,
+                              dp_sgd=config.dp_sgd, plan=plan, ledger=ledger,
+                              canaries=canaries, guesses=100, guesses_out=0, seed=0)
+    finally:
+        torch.set_num_threads(threads)
+    bound = result.bound
+    assert (bound.guesses_in, bound.guesses_out, bound.guesses) == (100, 0, 100)
+    top = np.argsort(-result.scores, kind="stable")[:100]
+    assert bound.correct == int(np.count_nonzero(result.included[top]))  # all "in" guesses
+    assert bound.epsilon_lower == pytest.approx(training._one_run_epsilon(
+        1000, 100, bound.correct, plan.delta, 0.05))
+    assert 0.0 <= bound.epsilon_lower <= result.epsilon_dp_sgd  # at fixed seeds
+    assert len(ledger.charges()) == 1
+    record = result.to_record()
+    assert (record["guesses_in"], record["guesses_out"], record["guesses"]) == (100, 0, 100)
+    json.dumps(record, allow_nan=False)
+
+
+def test_resolve_guesses_defaults_and_sides():
+    assert resolve_guesses(1000) == (50, 50)  # default_guesses on each side, as before
+    assert resolve_guesses(1000, 30) == (30, 30)  # guesses alone: each side
+    assert resolve_guesses(1000, 30, 70) == (30, 70)
+    assert resolve_guesses(1000, None, 0) == (50, 0)  # the default "in" count, "in" only
+    assert resolve_guesses(1000, 1000, 0) == (1000, 0)  # every canary guessed "in"
+    assert resolve_guesses(1000, 0, 1) == (0, 1)  # "out" only
+    assert resolve_guesses(1000, np.int64(400), np.int64(600)) == (400, 600)
+    assert resolve_guesses(10, 5) == (5, 5)  # half the canaries on each side
+
+
+@pytest.mark.parametrize("guesses, guesses_out, message", [
+    (501, None, r"guesses must be an integer in \[1, 500\] \(guesses on each side"),
+    (0, None, r"guesses must be an integer in \[1, 500\]"),
+    (1001, 0, r"guesses must be an integer in \[0, 1000\] \(the 'in' guesses"),
+    (-1, 5, r"guesses must be an integer in \[0, 1000\]"),
+    (600, 401, r"guesses_out must be an integer in \[0, 400\] \(the 'out' guesses: guesses "
+               r"\+ guesses_out at most the 1000 canaries, guesses being 600\); got 401"),
+    (None, 951, r"guesses_out must be an integer in \[0, 950\]"),  # default "in": 50
+    (10, -1, r"guesses_out must be an integer in \[0, 990\]"),
+    (0, 0, r"guesses and guesses_out must not both be 0"),
+    (10, 1.0, r"guesses_out must be an integer"),
+    (True, 0, r"guesses must be an integer"),
+    ("5", None, r"guesses must be an integer"),
+])
+def test_resolve_guesses_names_the_count_and_its_range(guesses, guesses_out, message):
+    with pytest.raises(ValueError, match=message):
+        resolve_guesses(1000, guesses, guesses_out)
+
+
+def _small_plan():
+    config = DpdfdConfig.small(dataset="digits", mode="sound", epsilon=10.0)
+    data = load_data(config).dataset
+    return config, data, planned_dp_sgd(config, data.train_images.shape[0],
+                                        image_shape=data.image_shape)
+
+
+@pytest.fixture
+def fake_training(monkeypatch):
+    """audit_dp_sgd with DP-SGD training replaced (fixed scores) and its analysis recorded."""
+    calls = {"train": 0, "bound": [], "guesses": []}
+    rng = np.random.default_rng(34)
+
+    def fake_train(*args, canaries, ledger, plan, **kwargs):
+        calls["train"] += 1
+        inc = canaries.included
+        return types.SimpleNamespace(canary_scores=2.0 * inc + rng.standard_normal(inc.size),
+                                     canary_sum_scores=inc + rng.standard_normal(inc.size),
+                                     canary_samples=0, test_accuracy=0.5, seconds=0.0)
+
+    def bound(*args, **kwargs):
+        calls["bound"].append(kwargs)
+        return training.one_run_bound(*args, **kwargs)
+
+    def guesses(*args, **kwargs):
+        calls["guesses"].append(kwargs)
+        return training.one_run_guesses(*args, **kwargs)
+
+    monkeypatch.setattr(dp_sgd_audit, "train_dp_teacher", fake_train)
+    monkeypatch.setattr(dp_sgd_audit, "one_run_bound", bound)
+    monkeypatch.setattr(dp_sgd_audit, "one_run_guesses", guesses)
+    return calls
+
+
+@pytest.mark.parametrize("kwargs, sides", [
+    ({}, (50, 50)),  # the default, as before
+    ({"guesses": 40}, (40, 40)),  # guesses alone: both sides, as before
+    ({"guesses": 300, "guesses_out": 20}, (300, 20)),
+    ({"guesses": 500, "guesses_out": 0}, (500, 0)),  # "in" only
+    ({"guesses_out": 0}, (50, 0)),  # the default "in" count
+    ({"guesses": 0, "guesses_out": 70}, (0, 70)),  # "out" only
+])
+def test_asymmetric_guess_counts_reach_the_analysis(fake_training, kwargs, sides):
+    config, data, plan = _small_plan()
+    canaries = GradientCanaries(count=1000, seed=0)
+    result = audit_dp_sgd(data, role="teacher", teacher=config.dp_teacher,
+                          dp_sgd=config.dp_sgd, plan=plan, ledger=ledger_for(config),
+                          canaries=canaries, **kwargs)
+    assert fake_training["train"] == 1
+    (seen,) = fake_training["bound"]
+    assert (seen["guesses_in"], seen["guesses_out"]) == sides
+    assert seen["delta"] == plan.delta and seen["epsilon"] == result.epsilon_dp_sgd
+    # the sum-of-updates comparison makes the same guesses
+    (sum_seen,) = fake_training["guesses"]
+    assert (sum_seen["guesses_in"], sum_seen["guesses_out"]) == sides
+    bound = result.bound
+    assert (bound.guesses_in, bound.guesses_out, bound.guesses) == (*sides, sum(sides))
+    # the guesses the bound counted: the highest scores "in", the lowest "out"
+    order = np.argsort(-result.scores, kind="stable")
+    inc = result.included
+    expected = (int(np.count_nonzero(inc[order[:sides[0]]]))
+                + int(np.count_nonzero(~inc[order[1000 - sides[1]:]])))
+    assert bound.correct == expected
+    # the three analyses get the same counts: f-DP from (m, r, v), the Gaussian from the scores
+    assert bound.epsilon_lower_fdp == pytest.approx(one_run_fdp_epsilon(
+        1000, sum(sides), expected, delta=plan.delta, confidence=0.95))
+    assert bound.gaussian is not None and bound.gaussian.n_in == int(inc.sum())
+    record = result.to_record()
+    assert (record["guesses_in"], record["guesses_out"], record["guesses"]) == (*sides,
+                                                                                sum(sides))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"guesses": 501}, r"guesses must be an integer in \[1, 500\]"),  # as before
+    ({"guesses": 600, "guesses_out": 401}, r"guesses_out must be an integer in \[0, 400\]"),
+    ({"guesses": 0, "guesses_out": 0}, r"guesses and guesses_out must not both be 0"),
+    ({"guesses": 1001, "guesses_out": 0}, r"guesses must be an integer in \[0, 1000\]"),
+    ({"guesses_out": -1}, r"guesses_out must be an integer in \[0, 950\]"),
+])
+def test_bad_guess_counts_are_refused_before_training(fake_training, kwargs, message):
+    config, data, plan = _small_plan()
+    ledger = ledger_for(config)
+    with pytest.raises(ValueError, match=message):
+        audit_dp_sgd(data, role="teacher", teacher=config.dp_teacher, dp_sgd=config.dp_sgd,
+                     plan=plan, ledger=ledger, canaries=GradientCanaries(count=1000, seed=0),
+                     **kwargs)
+    assert fake_training["train"] == 0 and not fake_training["bound"]
+    assert len(ledger.charges()) == 0
 
 
 def test_cli_audit_run_dgd_sound(tmp_path):
@@ -232,6 +391,17 @@ def test_cli_audit_run_dgd_sound(tmp_path):
     (["dpdfd", "--epsilon", "3", "--canaries", "1"], "--canaries must be >= 2"),
     (["dpdfd", "--epsilon", "3", "--canaries", "10", "--guesses", "6"], "--guesses"),
     (["dgd", "--epsilon", "3", "--guesses", "0"], "--guesses"),
+    (["dgd", "--epsilon", "3", "--canaries", "10", "--guesses", "6", "--guesses-out", "5"],
+     "--guesses-out must be an integer in [0, 4] (the 'out' guesses: --guesses + "
+     "--guesses-out at most the 10 canaries, --guesses being 6); got 5"),
+    (["dpdfd", "--epsilon", "3", "--guesses", "0", "--guesses-out", "0"],
+     "--guesses and --guesses-out must not both be 0"),
+    (["dpdfd", "--epsilon", "3", "--canaries", "10", "--guesses", "11", "--guesses-out", "0"],
+     "--guesses must be an integer in [0, 10] (the 'in' guesses when --guesses-out is given)"),
+    (["dgd", "--epsilon", "3", "--guesses-out", "-1"], "--guesses-out must be an integer in "
+                                                       "[0, 950]"),
+    (["dpdfd", "--mode", "published", "--epsilon", "1", "--canaries", "10", "--guesses", "3",
+      "--guesses-out", "8"], "--guesses-out must be an integer in [0, 7]"),  # mislabeled too
 ])
 def test_cli_audit_run_one_run_bad_input(tmp_path, capsys, argv, message):
     out = tmp_path / "never"

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import math
+import types
 
 import numpy as np
 import pytest
 import torch
 
+from dpkd_audit.audit import training
 from dpkd_audit.cli.main import main
 from dpkd_audit.data import load_dataset
+from dpkd_audit.pipelines.common import record_audit
 from dpkd_audit.pipelines.common.canaries import RecordCanaries
-from dpkd_audit.pipelines.common.record_audit import student_scores
+from dpkd_audit.pipelines.common.loading import LoadedData
+from dpkd_audit.pipelines.common.record_audit import audit_record_level, student_scores
 
 
 def test_record_canaries_relabel_the_inserted_and_remove_the_others():
@@ -59,6 +64,64 @@ def test_student_scores_are_the_log_ratio_of_the_two_labels():
                        atol=1e-6)
 
 
+def _fake_pipeline(runs: list[int]):
+    """A pipeline module stand-in: ``run`` returns a fixed linear student (no training)."""
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
+    with torch.no_grad():
+        model[1].weight.copy_(torch.randn(10, 64, generator=torch.Generator().manual_seed(0)))
+
+    def run(config, *, ledger, rng, device, data, progress):
+        runs.append(1)
+        return types.SimpleNamespace(
+            to_record=lambda: {"delta": 1e-5}, epsilon_published=1.0,
+            epsilon_record_level=math.inf, student=model, test_accuracy=0.5)
+
+    return types.SimpleNamespace(run=run, ledger_for=lambda config: None,
+                                 label_rng=lambda config: None)
+
+
+@pytest.mark.parametrize("kwargs, sides", [
+    ({"guesses": 10}, (10, 10)),  # guesses alone: each side, as before
+    ({"guesses": 30, "guesses_out": 0}, (30, 0)),  # "in" only
+    ({"guesses": 0, "guesses_out": 25}, (0, 25)),  # "out" only
+    ({"guesses": 60, "guesses_out": 40}, (60, 40)),  # every canary guessed
+])
+def test_record_level_audit_passes_both_guess_counts(monkeypatch, kwargs, sides):
+    seen, runs = [], []
+
+    def bound(*args, **kw):
+        seen.append((kw["guesses_in"], kw["guesses_out"]))
+        return training.one_run_bound(*args, **kw)
+
+    monkeypatch.setattr(record_audit, "one_run_bound", bound)
+    data = LoadedData(dataset=load_dataset("digits"), seconds=0.0)
+    result = audit_record_level(_fake_pipeline(runs), None, data=data,
+                                canaries=RecordCanaries(count=100, seed=3), **kwargs)
+    assert runs == [1] and seen == [sides]
+    record = result.to_record()
+    assert (record["guesses_in"], record["guesses_out"], record["guesses"]) == (*sides,
+                                                                                sum(sides))
+    order = np.argsort(-result.scores, kind="stable")
+    inc = result.included
+    assert record["correct"] == (int(np.count_nonzero(inc[order[:sides[0]]]))
+                                 + int(np.count_nonzero(~inc[order[100 - sides[1]:]])))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"guesses": 51}, r"guesses must be an integer in \[1, 50\]"),  # as before
+    ({"guesses": 60, "guesses_out": 41}, r"guesses_out must be an integer in \[0, 40\]"),
+    ({"guesses": 0, "guesses_out": 0}, "must not both be 0"),
+    ({"guesses": None, "guesses_out": 5}, "guesses must be an integer"),
+])
+def test_record_level_audit_refuses_bad_counts_before_the_run(kwargs, message):
+    runs = []
+    data = LoadedData(dataset=load_dataset("digits"), seconds=0.0)
+    with pytest.raises(ValueError, match=message):
+        audit_record_level(_fake_pipeline(runs), None, data=data,
+                           canaries=RecordCanaries(count=100, seed=3), **kwargs)
+    assert runs == []
+
+
 def test_cli_audit_run_published_dpdfd_through_the_student(tmp_path):
     out = tmp_path / "pub"
     # a short run (the record's fields, not the bound's power, are checked here): 2 teacher
@@ -73,6 +136,7 @@ def test_cli_audit_run_published_dpdfd_through_the_student(tmp_path):
     assert record["epsilon_record_level"] is None  # infinite: a non-private step exists
     assert "not evidence of privacy" in record["claim_note"]
     assert record["canaries"] == 100 and record["guesses"] == 10
+    assert record["guesses_in"] == record["guesses_out"] == 5
     assert sum(record["score_histogram"]["x"]) == record["included"]
     assert record["verdict"] == ("violation" if code == 1 else record["verdict"])
     assert record["config"]["stages"] == 5

@@ -8,7 +8,9 @@
   (:class:`~dpkd_audit.audit.training.OneRunAnalysis`, default all): the guesses against
   (epsilon, delta)-DP, the same guesses against the claim's Gaussian trade-off curve, the
   scores fitted as two Gaussians (an estimate under that model), or the three side by side;
-  the exit status follows the selected one (Steinke's with all).
+  the exit status follows the selected one (Steinke's with all). ``--guesses`` (each side) and
+  ``--guesses-out`` (with it, ``--guesses`` is the "in" count; 0 out: "in" guesses only), fixed
+  before the run.
 
 Writes ``OUT/audit.json`` (the record: claim, bound, confidence, verdict, canary, runs, event,
 score histograms, seconds, config, command, provenance) and ``OUT/audit.png`` (score histograms
@@ -142,15 +144,13 @@ def _one_run_config(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def _cmd_audit_run_one_run(args: argparse.Namespace) -> int:
-    from dpkd_audit.audit.training import MIN_CANARIES
-    from dpkd_audit.pipelines.common.dp_sgd_audit import default_guesses
+    from dpkd_audit.audit.training import MIN_CANARIES, resolve_guesses
 
     if args.canaries < MIN_CANARIES:
         raise ValueError(f"--canaries must be >= {MIN_CANARIES}; got {args.canaries}")
-    guesses = default_guesses(args.canaries) if args.guesses is None else args.guesses
-    if not 1 <= guesses <= args.canaries // 2:
-        raise ValueError(f"--guesses must be in [1, {args.canaries // 2}] (half of --canaries);"
-                         f" got {guesses}")
+    # fixed before the run, refused before any work; --guesses alone: both sides
+    guesses = resolve_guesses(args.canaries, args.guesses, args.guesses_out,
+                              names=("--guesses", "--guesses-out"))
     kind = args.canary_kind or ("gradient" if args.mode == "sound" else "mislabeled")
     if kind == "gradient" and args.mode != "sound":
         raise ValueError("--canary-kind gradient audits a DP-SGD model: it needs --mode sound "
@@ -183,8 +183,13 @@ def _write_one_run(args: argparse.Namespace, config: Any, fields: dict[str, Any]
     return out
 
 
+def _guess_counts(bound: Any) -> str:
+    """``"(50 in, 50 out)"``: the two sides of the guesses a one-run bound made."""
+    return f"({bound.guesses_in} in, {bound.guesses_out} out)"
+
+
 def _audit_record_level(args: argparse.Namespace, pipeline: Any, config: Any,
-                        guesses: int) -> int:
+                        guesses: tuple[int, int]) -> int:
     from dpkd_audit.pipelines.common.canaries import RecordCanaries
     from dpkd_audit.pipelines.common.record_audit import audit_record_level
 
@@ -193,14 +198,15 @@ def _audit_record_level(args: argparse.Namespace, pipeline: Any, config: Any,
     canaries.choose(data.dataset.train_labels, data.dataset.num_classes)  # fits, before work
     _out_dir(args.out)
     result = audit_record_level(pipeline, config, data=data, canaries=canaries,
-                                guesses=guesses, confidence=args.confidence,
+                                guesses=guesses[0], guesses_out=guesses[1],
+                                confidence=args.confidence,
                                 device=args.device, progress=not args.quiet)
     bound = result.bound
     fields, code = _analyses(
         args, bound, f"{args.pipeline} {config.mode.value}, released student: claimed "
         f"{bound.epsilon_claimed:.4g} at delta {bound.delta:g}; {bound.correct} of "
-        f"{bound.guesses} guesses right, {bound.canaries} mislabeled canaries; student test "
-        f"accuracy {result.test_accuracy:.4f}")
+        f"{bound.guesses} guesses right {_guess_counts(bound)}, {bound.canaries} mislabeled "
+        f"canaries; student test accuracy {result.test_accuracy:.4f}")
     out = _write_one_run(args, config, {**result.to_record(), **fields}, result.scores,
                          result.included,
                          "canary score: log p(wrong label) - log p(true label) of the student")
@@ -208,7 +214,8 @@ def _audit_record_level(args: argparse.Namespace, pipeline: Any, config: Any,
     return code
 
 
-def _audit_dp_sgd(args: argparse.Namespace, pipeline: Any, config: Any, guesses: int) -> int:
+def _audit_dp_sgd(args: argparse.Namespace, pipeline: Any, config: Any,
+                  guesses: tuple[int, int]) -> int:
     from dpkd_audit.pipelines.common.canaries import GradientCanaries
     from dpkd_audit.pipelines.common.dp_sgd_audit import audit_dp_sgd
 
@@ -227,14 +234,14 @@ def _audit_dp_sgd(args: argparse.Namespace, pipeline: Any, config: Any, guesses:
         plan = pipeline.planned_dp_sgd(config, n, image_shape=data.image_shape)
     _out_dir(args.out)
     result = audit_dp_sgd(data, role=role, teacher=model, dp_sgd=config.dp_sgd, plan=plan,
-                          ledger=ledger, canaries=canaries, guesses=guesses,
-                          confidence=args.confidence, seed=config.seed, device=args.device,
-                          progress=not args.quiet)
+                          ledger=ledger, canaries=canaries, guesses=guesses[0],
+                          guesses_out=guesses[1], confidence=args.confidence,
+                          seed=config.seed, device=args.device, progress=not args.quiet)
     bound = result.bound
     fields, code = _analyses(
         args, bound, f"{args.pipeline} sound DP-SGD {role}: claimed {result.epsilon_dp_sgd:.4g} "
         f"for DP-SGD at delta {bound.delta:g} (run target {config.epsilon:g}); {bound.correct} "
-        f"of {bound.guesses} guesses right, {bound.canaries} canaries")
+        f"of {bound.guesses} guesses right {_guess_counts(bound)}, {bound.canaries} canaries")
     out = _write_one_run(args, config, {**result.to_record(), **fields}, result.scores,
                          result.included,
                          "canary score: log-likelihood ratio of the canary's coordinate over "
@@ -259,7 +266,14 @@ def _add_one_run_arguments(p: argparse.ArgumentParser) -> None:
                         "probability 1/2")
     p.add_argument("--guesses", type=int,
                    help="guesses on each side, fixed before the run (default: 5%% of "
-                        "--canaries)")
+                        "--canaries; in [1, --canaries / 2]); with --guesses-out, the 'in' "
+                        "guesses on the highest scores only (in [0, --canaries])")
+    p.add_argument("--guesses-out", type=int,
+                   help="'out' guesses on the lowest scores, fixed before the run (default: "
+                        "--guesses, i.e. the same count on each side; 0: 'in' guesses only); "
+                        "--guesses + --guesses-out at most --canaries, not both 0. 'in' "
+                        "guesses on the top scores are the surer ones on DP-SGD gradient "
+                        "canaries (benchmarks/one_run_design.py)")
     p.add_argument("--confidence", type=_confidence, default=0.95,
                    help="confidence of the bound (default 0.95)")
     p.add_argument("--analysis", type=_analysis, default="all",

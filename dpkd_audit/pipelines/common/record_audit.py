@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from dpkd_audit import _validate
-from dpkd_audit.audit.training import OneRunBound, one_run_bound
+from dpkd_audit.audit.training import OneRunBound, one_run_bound, resolve_guesses
 from dpkd_audit.pipelines.common.canaries import RecordCanaries
 from dpkd_audit.pipelines.common.loading import LoadedData
 
@@ -99,7 +99,9 @@ class RecordAudit:
                              "set with probability 1/2"),
             "canaries": bound.canaries,
             "included": bound.included,
-            "guesses": bound.guesses,
+            "guesses": bound.guesses,  # made in all: guesses_in + guesses_out
+            "guesses_in": bound.guesses_in,  # on the highest scores
+            "guesses_out": bound.guesses_out,  # on the lowest scores (0: "in" only)
             "correct": bound.correct,
             "p_value_at_claim": bound.p_value_at_claim,
             "runs_per_side": 1,
@@ -112,7 +114,8 @@ class RecordAudit:
 
 
 def audit_record_level(pipeline: ModuleType, config: Any, *, data: LoadedData,
-                       canaries: RecordCanaries, guesses: int, confidence: float = 0.95,
+                       canaries: RecordCanaries, guesses: int,
+                       guesses_out: int | None = None, confidence: float = 0.95,
                        device: torch.device | str = "cpu",
                        progress: bool = False) -> RecordAudit:
     """Run ``pipeline`` once with mislabeled canaries and bound its epsilon.
@@ -123,7 +126,12 @@ def audit_record_level(pipeline: ModuleType, config: Any, *, data: LoadedData,
         config: The run's configuration.
         data: The loaded dataset (canaries are taken from its private split).
         canaries: The canaries.
-        guesses: Guesses on each side, fixed in advance (in [1, count / 2]).
+        guesses: Guesses on each side, fixed in advance (in [1, count / 2]); with
+            ``guesses_out``, the "in" guesses on the highest scores only.
+        guesses_out: The "out" guesses on the lowest scores (default: ``guesses``; 0: "in"
+            guesses only), checked with ``guesses`` by
+            :func:`~dpkd_audit.audit.training.resolve_guesses` (each in [0,
+            count], not both 0, their sum at most the count).
         confidence: Confidence of the bound, in (0, 1).
         device: Where the pipeline runs.
         progress: Progress bars and stage messages.
@@ -133,7 +141,10 @@ def audit_record_level(pipeline: ModuleType, config: Any, *, data: LoadedData,
     """
     if not isinstance(canaries, RecordCanaries):
         raise ValueError(f"canaries must be RecordCanaries; got {type(canaries).__name__}")
-    guesses = _validate.check_int("guesses", guesses, minimum=1, maximum=canaries.count // 2)
+    if guesses is None:
+        raise ValueError("guesses must be an integer (the guesses on each side, or the 'in' "
+                         "guesses with guesses_out); got None")
+    guesses_in, guesses_out = resolve_guesses(canaries.count, guesses, guesses_out)
     confidence = _validate.check_probability("confidence", confidence, open_low=True,
                                              open_high=True)
     start = time.perf_counter()
@@ -158,7 +169,8 @@ def audit_record_level(pipeline: ModuleType, config: Any, *, data: LoadedData,
     scores = student_scores(result.student, images, true_labels, wrong)
     included = canaries.included
     bound = one_run_bound(scores, included, epsilon=claim_value, delta=delta,
-                          guesses_in=guesses, guesses_out=guesses, confidence=confidence)
+                          guesses_in=guesses_in, guesses_out=guesses_out,
+                          confidence=confidence)
     return RecordAudit(claim=claim, bound=bound, scores=scores, included=included,
                        test_accuracy=float(result.test_accuracy), run_record=run_record,
                        seconds=time.perf_counter() - start)
