@@ -551,6 +551,15 @@ def test_cli_run_writes_a_record(tmp_path, capsys):
     assert record["epsilon_record_level"] is None
     assert record["command"].startswith("dpkd run dgd")
     assert "inf (not DP at record level)" in capsys.readouterr().out
+    # the small preset's published generator: exact statistics (a named departure)
+    assert record["config"]["generator_statistics"] == "exact"
+    assert "exact_feature_statistics" in record["generator"]["loss_terms"]
+    paper = tmp_path / "paper"
+    assert main(["run", "dgd", "--queries", "12", "--generator-statistics", "none", *_TINY_CLI,
+                 "--out", str(paper)]) == 0
+    record = json.loads((paper / "result.json").read_text())
+    assert record["config"]["generator_statistics"] == "none"
+    assert record["config"]["generator"]["beta"] == 0.0 and record["statistics"] is None
 
 
 def test_cli_sound_run_without_statistics_or_distillation(tmp_path):
@@ -584,6 +593,9 @@ def test_cli_sound_run_without_statistics_or_distillation(tmp_path):
     (("--mode", "sound", "--epsilon", "5", "--distillation-weight", "-1"),
      "must be a finite number >= 0"),
     (("--mode", "sound", "--epsilon", "5", "--statistics-share", "1"), "must be a number in"),
+    (("--mode", "sound", "--epsilon", "5", "--generator-statistics", "exact"),
+     "--generator-statistics applies to published runs only"),
+    (("--queries", "12", "--generator-statistics", "noisy"), "invalid choice"),
 ])
 def test_cli_bad_input_fails_before_any_work(tmp_path, capsys, extra, message):
     from dpkd_audit.cli.main import main

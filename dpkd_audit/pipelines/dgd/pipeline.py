@@ -8,15 +8,18 @@ DGD paper (NOTES, "DGD"), Sec. III and IV:
 2. **Baseline** on the whole private split, then a **data-free generator** fitted to it (DAFL's
    loss: cross-entropy to the argmax + 5 x batch-mean information entropy + 0.1 x activation),
    a synthetic set, a **VAE** (latent 32) on it. In ``published`` mode the baseline is trained
-   without noise (the paper); in ``sound`` mode with DP-SGD, its event charged first.
+   without noise (the paper), and with ``generator_statistics='exact'`` (the small preset's
+   departure) the generator also matches the private data's feature statistics read through
+   it without noise; in ``sound`` mode with DP-SGD, its event charged first, and the generator
+   matches statistics released through it with noise.
 3. **Queries**: ``queries`` synthetic images (the first ones, as in the paper, or the
    baseline's most confident per class: :mod:`~dpkd_audit.pipelines.dgd.queries`) go to the
    ensemble; each label is
    released by :class:`~dpkd_audit.mechanisms.LaplaceNoisyMax` (Laplace scale 40 per count,
    eps0 = 2 / 40 = 0.05) and its event charged to the ledger before the label exists.
 4. **Student**: cross-entropy on the labelled queries + tangent and normal adversarial
-   regularization and entropy on VAE reconstructions of the other synthetic images
-   (:mod:`~dpkd_audit.pipelines.dgd.student`).
+   regularization and entropy on the other synthetic images (or their VAE reconstructions:
+   ``student.unlabelled_input``; :mod:`~dpkd_audit.pipelines.dgd.student`).
 
 Accounting in the record:
 
@@ -41,8 +44,9 @@ Accounting in the record:
   the VAE and the student's unlabelled terms are post-processing. ``epsilon_record_level`` is
   the ledger's figure (RDP), PLD beside it, and both parts are in the record.
 
-Seconds: ``data``, ``shards``, ``ensemble``, ``baseline``, ``generator``, ``synthetic``,
-``vae``, ``queries``, ``student``, ``total``.
+Seconds: ``data``, ``shards``, ``ensemble``, ``baseline``, ``statistics`` (sound mode, and
+published mode with exact statistics), ``generator``, ``synthetic``, ``vae``, ``queries``,
+``student``, ``total``.
 """
 
 from __future__ import annotations
