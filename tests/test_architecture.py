@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dpkd_audit"
 #: Components (the first name under ``dpkd_audit``) from the bottom up; a component may import
 #: only its own layer's and lower layers' components. ``__init__`` (the facade) is left out.
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"_validate", "errors", "provenance", "executor", "data"}),
+    frozenset({"_validate", "_lazy", "errors", "provenance", "executor", "data"}),
     frozenset({"_math"}),
     frozenset({"events"}),
     frozenset({"accountants"}),

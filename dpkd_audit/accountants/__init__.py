@@ -15,9 +15,7 @@ Specialised ones: :class:`ShuffleAccountant` (Feldman-McMillan-Talwar amplificat
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-from typing import Any
+from dpkd_audit._lazy import lazy_attributes
 
 #: Where each exported name lives. The names are imported on first access (PEP 562), so that
 #: importing one accountant (``dpkd_audit.accountants.pld`` for ``dpkd audit``, the five of
@@ -75,17 +73,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-        globals()[name] = value  # later look-ups skip this function
-        return value
-    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}"):
-        # a submodule (``accountants.pld``, ``accountants.rdp``, ...), as when they were all
-        # imported with the package
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_attributes(__name__, _EXPORTS, globals())
