@@ -443,9 +443,18 @@ def test_sound_run_never_fits_a_model_without_noise(digits, monkeypatch):
         raise AssertionError("a non-private step ran in sound mode")
 
     monkeypatch.setattr(pipeline, "fit_source", refuse)
+    monkeypatch.setattr(pipeline, "exact_feature_statistics", refuse)
     monkeypatch.setattr(generator.BnStatistics, "__init__", refuse)
     config = tiny(mode="sound", epsilon=8.0, queries=None)
     result = run(config, ledger=ledger_for(config), rng=label_rng(config), progress=False)
+    assert result.epsilon_record_level <= 8.0 + 1e-9
+    # a sound point of a sweep whose published base reads exact statistics (issue 30) ignores
+    # them: its generator matches only the statistics released with noise
+    published = tiny(generator=GeneratorConfig(width=8, steps=10, batch_size=32, beta=10.0,
+                                               activation_weight=0.1),
+                     generator_statistics="exact")
+    sound = dataclasses.replace(published, mode="sound", epsilon=8.0, queries=None)
+    result = run(sound, ledger=ledger_for(sound), rng=label_rng(sound), progress=False)
     assert result.epsilon_record_level <= 8.0 + 1e-9
 
 
