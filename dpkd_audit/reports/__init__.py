@@ -23,15 +23,18 @@ _EXPORTS: dict[str, str] = {
     "PAPER_REFERENCES": "references",
     "PaperReference": "references",
     "references_for": "references",
+    "COMPACT_COLUMNS": "tables",
     "PARTIAL_SECONDS_MARK": "tables",
     "TABLE_COLUMNS": "tables",
     "markdown_table": "tables",
     "results_overview": "tables",
+    "rst_results": "tables",
     "seconds_note": "tables",
     "sweep_readme": "tables",
 }
 
 __all__ = [
+    "COMPACT_COLUMNS",
     "PAPER_REFERENCES",
     "PARTIAL_SECONDS_MARK",
     "REQUIRED_KEYS",
@@ -47,6 +50,7 @@ __all__ = [
     "plot_audit",
     "references_for",
     "results_overview",
+    "rst_results",
     "seconds_note",
     "sweep_readme",
     "validate_record",

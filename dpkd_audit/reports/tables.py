@@ -34,12 +34,15 @@ from dpkd_audit.reports.records import (
 from dpkd_audit.reports.references import PAPER_REFERENCES, PaperReference, best_baseline
 
 __all__ = [
+    "COMPACT_COLUMNS",
     "PARTIAL_SECONDS_MARK",
     "TABLE_COLUMNS",
     "markdown_table",
     "results_overview",
+    "rst_results",
     "seconds_note",
     "sweep_readme",
+    "table_rows",
 ]
 
 
@@ -161,12 +164,26 @@ def markdown_table(records: Sequence[Mapping[str, Any]], *,
     Returns:
         The table (header, separator, rows), without a trailing newline.
     """
-    checked = _checked(records)
-    refs = list(PAPER_REFERENCES) if references is None else _check_references(references)
     right = {"s", "k", "target eps", "published eps", "record-level eps", "delta",
              "label acc (%)", "test acc (%)", "paper test acc (%)", "seconds"}
     lines = ["| " + " | ".join(TABLE_COLUMNS) + " |",
              "|" + "|".join("---:" if c in right else "---" for c in TABLE_COLUMNS) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |"
+              for row in table_rows(records, references=references)]
+    return "\n".join(lines)
+
+
+def table_rows(records: Sequence[Mapping[str, Any]], *,
+               references: Sequence[PaperReference] | None = None) -> list[list[str]]:
+    """The cells of :func:`markdown_table`'s rows (:data:`TABLE_COLUMNS`, unescaped text).
+
+    Args:
+        records: Result records.
+        references: Where to look up paper numbers (default :data:`PAPER_REFERENCES`).
+    """
+    checked = _checked(records)
+    refs = list(PAPER_REFERENCES) if references is None else _check_references(references)
+    rows = []
     stages = _stage_sets(checked, by_mode=True)
     for p in _aggregate(checked):
         setup = dict(zip(SETUP_KEYS, p.setup, strict=True))
@@ -198,8 +215,59 @@ def markdown_table(records: Sequence[Mapping[str, Any]], *,
                 _missing_stages(r, stages) for r in p.records) else ""),
             _distinct(_devices(p.records)),
         ]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return rows
+
+
+#: The columns of :func:`rst_results` (a subset of :data:`TABLE_COLUMNS`, narrow enough for a
+#: documentation page; ``s`` and ``k`` only where a record has them).
+COMPACT_COLUMNS: tuple[str, ...] = ("dataset", "mode", "setup", "s", "k", "published eps",
+                                    "record-level eps", "runs", "test acc (%)",
+                                    "paper test acc (%)", "device")
+
+
+def _rst_cell(text: str) -> str:
+    # A lone "-" or a leading "*" / "-" would start a list inside a list-table cell.
+    text = " ".join(str(text).split())
+    return "\\" + text if text[:1] in "-*+" else text
+
+
+def rst_results(paths: Sequence[str | os.PathLike[str]], *,
+                references: Sequence[PaperReference] | None = None) -> str:
+    """A reStructuredText ``list-table`` of result records (:data:`COMPACT_COLUMNS`).
+
+    The documentation site's results page holds one per method (a test keeps it equal to
+    this); the full table, with every column and the notes, is :func:`results_overview`.
+
+    Args:
+        paths: Result files or folders, as for :func:`results_overview`.
+        references: Paper references (default :data:`PAPER_REFERENCES`).
+
+    Returns:
+        The table followed by a line naming the folders and their provenance, ending with a
+        newline.
+
+    Raises:
+        ValueError: For no path, or malformed records (naming file and line).
+        FileNotFoundError: For a missing file, or a folder without results.
+    """
+    if isinstance(paths, str | os.PathLike) or not isinstance(paths, Sequence) or not paths:
+        raise ValueError("paths must be a non-empty sequence of result files or folders; "
+                         f"got {paths!r}")
+    files = sorted({_result_file(p) for p in paths}, key=lambda f: f.as_posix())
+    per_file = [(f, load_records(f)) for f in files]
+    records = [r for _, recs in per_file for r in recs]
+    rows = table_rows(records, references=references)
+    columns = [c for c in COMPACT_COLUMNS if c not in ("s", "k")
+               or any(r[TABLE_COLUMNS.index(c)] != "-" for r in rows)]
+    keep = [TABLE_COLUMNS.index(c) for c in columns]
+    out = [".. list-table::", "   :header-rows: 1", ""]
+    for row in [columns] + [[r[i] for i in keep] for r in rows]:
+        out += [f"   {'*' if j == 0 else ' '} - {_rst_cell(c)}" for j, c in enumerate(row)]
+    sources = [f"``{f.parent.as_posix()}`` ({len(recs)} run{'s' if len(recs) > 1 else ''}; "
+               f"{_provenance_summary(recs)})" for f, recs in per_file]
+    out += ["", "Records: " + ", ".join(sources) + ".", ""]
+    return "\n".join(out)
 
 
 def seconds_note(records: Sequence[Mapping[str, Any]]) -> str:

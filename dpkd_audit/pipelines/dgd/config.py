@@ -418,8 +418,8 @@ class DgdConfig:
 
 
 #: The small preset's published student's length on MNIST-sized data (the paper: 500 iterations).
-#: Measured on MNIST (seed 0, the preset's prepared stages, the 1,300 released labels; scratch
-#: through :func:`~dpkd_audit.pipelines.dgd.student.train_tnar_student`): 400 steps without
+#: Measured on MNIST (seed 0, the preset's prepared stages, the 1,300 released labels;
+#: ``reports/benchmarks/dgd-label-cap-cpu``): 400 steps without
 #: augmentation 76.75% (the earlier preset), 1,500 steps with augmentation 84.89%; on the
 #: baseline's own labels of the same images a plain cross-entropy student gets 83.91% (400
 #: steps), 86.57% (1,500) and 88.76% (1,500, augmented), and 95.78% with all 20,000 synthetic
