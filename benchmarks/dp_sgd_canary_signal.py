@@ -57,18 +57,18 @@ class _Recording(GradientCanaryInjector):
     last: _Recording | None = None
 
     def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **kwargs, keep_trajectory=True)
         self.picked: list[np.ndarray] = []
         self.clipped: list[np.ndarray] = []
         _Recording.last = self
 
-    def add_rows(self) -> int:
+    def sample(self) -> int:
         state = self._rng.bit_generator.state
         replay = np.random.default_rng()
         replay.bit_generator.state = state
         mask = self.included & (replay.random(self.included.size) < self.q)
         self.picked.append(mask)
-        return super().add_rows()
+        return super().sample()
 
     def record_step(self) -> None:
         out = np.empty(len(self._where), dtype=np.float64)

@@ -279,24 +279,30 @@ def check_pipeline_score(s: Schedule, rng: np.random.Generator) -> float:
     """Max |pipeline score - ideal LLR| on a simulated float32 trajectory (momentum 0.9)."""
     import torch
 
-    from dpkd_audit.pipelines.common.canaries import GradientCanaries, GradientCanaryInjector
+    from dpkd_audit.pipelines.common.canaries import (
+        CanaryScoring,
+        GradientCanaries,
+        GradientCanaryInjector,
+    )
 
     m, steps, lr, batch, clip, momentum = 64, 200, 2.0, 512.0, 1.0, 0.9
-    canaries = GradientCanaries(count=m, seed=0)
+    canaries = GradientCanaries(count=m, seed=0)  # coordinates 0..m-1: canary j on entry j
     param = torch.nn.Parameter(torch.zeros(m))
-    inj = GradientCanaryInjector(canaries, [param], sampling_probability=s.q, clip_norm=clip)
+    inj = GradientCanaryInjector(canaries, [param], sampling_probability=s.q, clip_norm=clip,
+                                 scoring=CanaryScoring(noise_multiplier=s.sigma,
+                                                       learning_rate=lr, momentum=momentum,
+                                                       batch_size=batch))
     inc = canaries.included
     y = s.sigma * rng.standard_normal((steps, m)) + (inc & (rng.random((steps, m)) < s.q))
     theta = np.zeros(m, dtype=np.float32)
     velocity = np.zeros(m)
-    trajectory = [theta.astype(np.float64)]
     for t in range(steps):  # torch SGD: v = momentum v + g; theta -= lr v; g = y C / B
         velocity = momentum * velocity + y[t] * clip / batch
         theta = (theta - lr * velocity).astype(np.float32)
-        trajectory.append(theta.astype(np.float64))
-    inj.trajectory = trajectory
-    got = inj.scores(noise_multiplier=s.sigma, learning_rate=lr, momentum=momentum,
-                     batch_size=batch)
+        with torch.no_grad():
+            param.copy_(torch.from_numpy(theta))
+        inj.record_step()  # the pipeline's streamed score, as in a run
+    got = inj.scores()
     return float(np.max(np.abs(got - step_llr(y, s.q, s.sigma).sum(axis=0))))
 
 

@@ -63,28 +63,120 @@ def test_gradient_canaries_reject_bad_input(kwargs, name):
         GradientCanaries(**kwargs)
 
 
-def test_injector_appends_one_clipped_dirac_row_per_sampled_canary():
+class _SummingOptimizer:
+    """Opacus's clip_and_accumulate without clipping: ``summed_grad`` = sum of the rows."""
+
+    def __init__(self, params):
+        self.params = params
+
+    def clip_and_accumulate(self):
+        for p in self.params:
+            p.summed_grad = p.grad_sample.sum(dim=0)
+
+
+def test_injector_adds_c_to_the_clipped_sum_at_each_sampled_canary():
     params = [torch.nn.Parameter(torch.zeros(3, 4)), torch.nn.Parameter(torch.zeros(5))]
     params[0].grad_sample = torch.ones(2, 3, 4)  # two real records
     params[1].grad_sample = torch.ones(2, 5)
     canaries = GradientCanaries(count=10, seed=1)
     injector = GradientCanaryInjector(canaries, params, sampling_probability=1.0,
                                       clip_norm=0.7)
-    added = injector.add_rows()
+    optimizer = _SummingOptimizer(params)
+    injector.attach(optimizer)
+    added = injector.sample()
     assert added == int(canaries.included.sum())  # q = 1: every inserted canary
-    rows = torch.cat([params[0].grad_sample.reshape(2 + added, -1),
-                      params[1].grad_sample.reshape(2 + added, -1)], dim=1)[2:]
-    picked = np.flatnonzero(canaries.included)
-    for row, j in zip(rows, picked, strict=True):
-        nonzero = torch.nonzero(row).flatten().tolist()
-        assert nonzero == [int(injector.coordinates[j])]
-        assert float(row[nonzero[0]]) == pytest.approx(0.7)
-    # an empty real batch: the canaries' rows alone
+    optimizer.clip_and_accumulate()
+    extra = torch.cat([params[0].summed_grad.reshape(-1), params[1].summed_grad.reshape(-1)]) - 2
+    expected = torch.zeros(17)
+    expected[injector.coordinates[canaries.included]] = 0.7
+    assert torch.allclose(extra, expected, rtol=0, atol=1e-6)
+    optimizer.clip_and_accumulate()  # the next step, nothing sampled: the real rows alone
+    assert torch.equal(params[0].summed_grad, torch.full((3, 4), 2.0))
+    # an empty real batch: empty per-sample gradients, so that Opacus still steps
     fresh = [torch.nn.Parameter(torch.zeros(17))]
     inj = GradientCanaryInjector(GradientCanaries(count=12, seed=2), fresh,
                                  sampling_probability=1.0, clip_norm=1.0)
-    n = inj.add_rows()
-    assert n > 0 and fresh[0].grad_sample.shape == (n, 17)
+    inj.attach(_SummingOptimizer(fresh))
+    n = inj.sample()
+    assert n > 0 and fresh[0].grad_sample.shape == (0, 17)
+    with pytest.raises(ValueError, match="DPOptimizer"):
+        inj.attach(object())
+
+
+@pytest.mark.parametrize("noise", [0.0, 1.3])
+def test_injected_canaries_step_as_appended_dirac_rows_would(noise):
+    """The injector's step equals Opacus's step with the canaries' rows appended (the old way).
+
+    Both clip each row (a Dirac row of norm C is unchanged, up to Opacus's C / (C + 1e-6)),
+    sum, add the same noise draw and divide by the expected batch size; canaries on the
+    model's own coordinates, so real gradients and canaries share coordinates.
+    """
+    from opacus import GradSampleModule
+    from opacus.optimizers import DPOptimizer
+
+    x = torch.randn(6, 5, generator=torch.Generator().manual_seed(0))
+    canaries = GradientCanaries(count=8, seed=3, placement=CanaryPlacement.MODEL)
+    after = []
+    for appended in (False, True):
+        model = GradSampleModule(torch.nn.Linear(5, 3))
+        with torch.no_grad():
+            model._module.weight.copy_(torch.linspace(-1, 1, 15).reshape(3, 5))
+            model._module.bias.fill_(0.1)
+        optimizer = DPOptimizer(torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9),
+                                noise_multiplier=noise, max_grad_norm=0.8,
+                                expected_batch_size=6,
+                                generator=torch.Generator().manual_seed(7))
+        inj = GradientCanaryInjector(canaries, optimizer.params, sampling_probability=1.0,
+                                     clip_norm=0.8)
+        picked = np.flatnonzero(canaries.included)
+        model(x).square().sum().backward()
+        if appended:
+            for index, p in enumerate(optimizer.params):
+                rows = torch.zeros((picked.size, p.numel()))
+                for r, j in enumerate(picked):
+                    if inj._owner[j] == index:
+                        rows[r, inj._local[j]] = 0.8
+                p.grad_sample = torch.cat([p.grad_sample, rows.view(picked.size, *p.shape)])
+        else:
+            inj.attach(optimizer)
+            assert inj.sample() == picked.size
+        optimizer.step()
+        after.append(torch.cat([p.detach().reshape(-1).clone() for p in optimizer.params]))
+    assert torch.allclose(after[0], after[1], rtol=0, atol=1e-5)
+    assert not torch.equal(after[0], torch.cat([torch.linspace(-1, 1, 15), torch.full((3,), 0.1)]))
+
+
+def test_streamed_scores_equal_the_scores_of_the_kept_trajectory():
+    """record_step's running log-likelihood ratio = the trajectory's, = the ideal LLR of y."""
+    from dpkd_audit.pipelines.common.canaries import CanaryScoring
+
+    rng = np.random.default_rng(5)
+    m, steps, q, sigma, lr, batch, clip, momentum = 40, 120, 0.1, 0.9, 2.0, 64.0, 1.5, 0.9
+    canaries = GradientCanaries(count=m, seed=0)
+    param = torch.nn.Parameter(torch.zeros(m, dtype=torch.float64))
+    scoring = CanaryScoring(noise_multiplier=sigma, learning_rate=lr, momentum=momentum,
+                            batch_size=batch)
+    inj = GradientCanaryInjector(canaries, [param], sampling_probability=q, clip_norm=clip,
+                                 scoring=scoring, keep_trajectory=True)
+    y = sigma * rng.standard_normal((steps, m)) + (canaries.included & (rng.random((steps, m))
+                                                                          < q))
+    assert np.array_equal(inj.coordinates, np.arange(m))  # canary j on entry j
+    velocity = np.zeros(m)
+    for t in range(steps):  # torch SGD: v = momentum v + g; theta -= lr v; g = y C / B
+        velocity = momentum * velocity + y[t] * clip / batch
+        with torch.no_grad():
+            param -= torch.from_numpy(lr * velocity)
+        inj.record_step()
+    ideal = np.logaddexp(math.log1p(-q), math.log(q) + (y - 0.5) / sigma**2).sum(axis=0)
+    assert np.allclose(inj.scores(), ideal, rtol=0, atol=1e-8)
+    assert np.allclose(inj.scores_from_trajectory(scoring), inj.scores(), rtol=0, atol=1e-9)
+    plain = GradientCanaryInjector(canaries, [param], sampling_probability=q, clip_norm=clip)
+    with pytest.raises(ValueError, match="scoring"):
+        plain.scores()
+    with pytest.raises(ValueError, match="trajectory"):
+        plain.scores_from_trajectory(scoring)
+    with pytest.raises(ValueError, match="momentum"):
+        CanaryScoring(noise_multiplier=1.0, learning_rate=1.0, momentum=1.0, batch_size=1.0)
 
 
 def test_injector_puts_the_coordinates_within_the_given_parameter():

@@ -14,9 +14,12 @@ the parameter vector, zero elsewhere - at every step in which Poisson sampling p
 of ``m`` canaries has its own coordinate and is inserted (a record added to the private set)
 independently with probability 1/2 (:func:`~dpkd_audit.audit.training.canary_inclusion`). An
 inserted canary is sampled at each step with the same probability q as every real record, and
-its gradient goes through Opacus's clipping and noise like theirs, so the run's DP-SGD
-guarantee (add/remove-one) covers it: no test-only branch, the pipeline's training loop adds
-its rows to the per-sample gradients before the optimizer step.
+its gradient is clipped, summed and noised like theirs, so the run's DP-SGD guarantee
+(add/remove-one) covers it: no test-only branch. The pipeline's training loop adds each sampled
+canary's row ``C e_j`` - of norm C, so clipping leaves it as it is - to the clipped sum Opacus
+forms, before Opacus adds the noise (:class:`GradientCanaryInjector`; a step equals the one with
+the rows appended to the per-sample gradients, tested), at the cost of the sampled coordinates
+only, so that 100,000 canaries cost what 1,000 did.
 
 The score of canary ``j`` (issue 34) reads its coordinate after *every* step (DP-SGD's guarantee
 covers releasing every iterate): the step's noisy gradient sum on that coordinate, in units of
@@ -53,8 +56,8 @@ from dpkd_audit import _validate
 from dpkd_audit.audit.training import MIN_CANARIES, canary_inclusion
 from dpkd_audit.data import Dataset
 
-__all__ = ["CanaryPlacement", "CanaryTap", "GradientCanaries", "GradientCanaryInjector",
-           "RecordCanaries"]
+__all__ = ["CanaryPlacement", "CanaryScoring", "CanaryTap", "GradientCanaries",
+           "GradientCanaryInjector", "RecordCanaries"]
 
 
 class CanaryPlacement(enum.StrEnum):
@@ -200,8 +203,47 @@ class GradientCanaries(_CanarySet):
         return np.sort(rng.choice(num_parameters, size=self.count, replace=False))
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CanaryScoring:
+    """What turns a canary coordinate's iterates back into each step's noisy gradient sum.
+
+    Attributes:
+        noise_multiplier: sigma (the noise's standard deviation over C).
+        learning_rate: The SGD learning rate.
+        momentum: The SGD momentum.
+        batch_size: The batch size the optimizer divides the noisy sum by (Opacus's
+            ``expected_batch_size``).
+    """
+
+    noise_multiplier: float
+    learning_rate: float
+    momentum: float
+    batch_size: float
+
+    def __post_init__(self) -> None:
+        _validate.check_positive("noise_multiplier", self.noise_multiplier)
+        _validate.check_positive("learning_rate", self.learning_rate)
+        _validate.check_probability("momentum", self.momentum, open_high=True)
+        _validate.check_positive("batch_size", self.batch_size)
+
+
 class GradientCanaryInjector:
-    """Adds the sampled canaries' gradient rows to Opacus's per-sample gradients, each step.
+    """Adds the sampled canaries' clipped gradients to Opacus's clipped sum, each step.
+
+    Each step, :meth:`sample` Poisson-samples the inserted canaries (rate q); the injector,
+    attached to the DP optimizer (:meth:`attach`), adds ``C e_j`` for each sampled canary ``j``
+    to the clipped per-sample gradient sum that Opacus's ``clip_and_accumulate`` leaves in
+    ``summed_grad``, before Opacus adds the noise and scales by the expected batch size. A
+    Dirac row has norm exactly C, so clipping leaves it unchanged: this is the sum Opacus
+    would form had the rows been appended to the per-sample gradients (the injector before
+    issue 34's 100,000-canary audits did that, with dense rows of every parameter: 214 MB a
+    step at m = 100,000; Opacus's clip factor ``C / (C + 1e-6)`` scaled them by 1 - 1e-6),
+    at the cost of the sampled canaries' coordinates only. The noise, its generator and the
+    division by the expected batch size stay Opacus's.
+
+    With ``scoring``, :meth:`record_step` accumulates each canary's log-likelihood-ratio score
+    as the run goes (module docstring), so a run of T steps keeps O(m) numbers, not the
+    ``(T + 1) x m`` trajectory; ``keep_trajectory`` also keeps the iterates (benchmarks).
 
     Args:
         canaries: The canaries.
@@ -210,11 +252,16 @@ class GradientCanaryInjector:
         clip_norm: C; each canary's gradient is ``C e_j``.
         within: The parameter (one of ``params``) whose entries hold the coordinates (a
             :class:`CanaryTap`'s weight); ``None``: all of ``params``.
+        scoring: How to score the iterates while the run goes (:meth:`scores`); ``None``:
+            keep the trajectory and score it afterwards with :meth:`scores_from_trajectory`.
+        keep_trajectory: Keep every step's canary coordinates (default: when ``scoring`` is
+            ``None``).
     """
 
     def __init__(self, canaries: GradientCanaries, params: Sequence[torch.nn.Parameter], *,
                  sampling_probability: float, clip_norm: float,
-                 within: torch.nn.Parameter | None = None) -> None:
+                 within: torch.nn.Parameter | None = None, scoring: CanaryScoring | None = None,
+                 keep_trajectory: bool | None = None) -> None:
         self.canaries = canaries
         self.params = [p for p in params if p.requires_grad]
         sizes = [p.numel() for p in self.params]
@@ -230,80 +277,131 @@ class GradientCanaryInjector:
         self.q = _validate.check_probability("sampling_probability", sampling_probability,
                                              open_low=True)
         self.clip_norm = _validate.check_positive("clip_norm", clip_norm)
+        if scoring is not None and not isinstance(scoring, CanaryScoring):
+            raise ValueError(f"scoring must be CanaryScoring or None; got "
+                             f"{type(scoring).__name__}")
+        self.scoring = scoring
         offsets = np.cumsum([0, *sizes])
-        owner = np.searchsorted(offsets, self.coordinates, side="right") - 1
-        self._where = [(int(o), int(c - offsets[o])) for o, c in zip(owner, self.coordinates,
-                                                                    strict=True)]
+        self._owner = np.searchsorted(offsets, self.coordinates, side="right") - 1
+        self._local = self.coordinates - offsets[self._owner]
         self._rng = np.random.default_rng([canaries.seed, 0xCA4A, 4])
         self._gather = []  # per parameter: (local indices, positions among the canaries)
         for index, p in enumerate(self.params):
-            mine = [(r, local) for r, (owner, local) in enumerate(self._where) if owner == index]
-            if mine:
-                pos, local = zip(*mine, strict=True)
-                self._gather.append((index, torch.tensor(local, device=p.device),
-                                     np.array(pos)))
+            pos = np.flatnonzero(self._owner == index)
+            if pos.size:
+                self._gather.append((index, torch.as_tensor(self._local[pos], device=p.device),
+                                     pos))
+        self._picked = np.empty(0, dtype=np.int64)
         self.initial = self.flat_values()
-        self.trajectory: list[np.ndarray] = [self.initial]
+        self.keep_trajectory = scoring is None if keep_trajectory is None else keep_trajectory
+        self.trajectory: list[np.ndarray] = [self.initial] if self.keep_trajectory else []
+        self._previous = self.initial
+        self._velocity: np.ndarray | None = None
+        self._scores = np.zeros(self.initial.size)
+        self.steps = 0
         self.samples = 0
 
     def flat_values(self) -> np.ndarray:
         """The canaries' coordinates of the current parameters (float64)."""
-        out = np.empty(len(self._where), dtype=np.float64)
+        out = np.empty(self.coordinates.size, dtype=np.float64)
         for index, local, pos in self._gather:
             values = self.params[index].detach().reshape(-1)[local]
             out[pos] = values.to(torch.float64).cpu().numpy()
         return out
 
-    def record_step(self) -> None:
-        """Keep the canaries' coordinates after an optimizer step (the white-box iterates)."""
-        self.trajectory.append(self.flat_values())
+    def attach(self, optimizer: torch.optim.Optimizer) -> None:
+        """Make ``optimizer`` (Opacus's DP optimizer over ``params``) add the sampled canaries.
 
-    def add_rows(self) -> int:
-        """Poisson-sample the inserted canaries and append their rows; returns how many."""
-        picked = np.flatnonzero(self.included & (self._rng.random(self.included.size) < self.q))
-        if picked.size == 0:
-            return 0
-        for index, p in enumerate(self.params):
-            rows = torch.zeros((picked.size, *p.shape), dtype=p.dtype, device=p.device)
-            flat = rows.view(picked.size, -1)
-            for r, j in enumerate(picked):
-                owner, local = self._where[j]
-                if owner == index:
-                    flat[r, local] = self.clip_norm
-            existing = getattr(p, "grad_sample", None)
-            if isinstance(existing, list):
-                existing = torch.cat(existing) if existing else None
-            p.grad_sample = rows if existing is None else torch.cat([existing, rows])
-        self.samples += int(picked.size)
-        return int(picked.size)
+        Wraps the optimizer's ``clip_and_accumulate`` so that, after Opacus clips and sums the
+        real records' per-sample gradients, the canaries :meth:`sample` picked this step add
+        ``C`` on their coordinates of ``summed_grad`` (before the noise).
+
+        Raises:
+            ValueError: If the optimizer has no ``clip_and_accumulate`` (not Opacus's).
+        """
+        clip = getattr(optimizer, "clip_and_accumulate", None)
+        if clip is None:
+            raise ValueError("optimizer must be Opacus's DPOptimizer (no clip_and_accumulate)")
+
+        def clip_and_accumulate() -> None:
+            clip()
+            self.add_to_sums()
+
+        optimizer.clip_and_accumulate = clip_and_accumulate
+
+    def sample(self) -> int:
+        """Poisson-sample the inserted canaries for the coming step; returns how many.
+
+        On an empty real batch, gives every parameter an empty per-sample gradient, so that
+        Opacus's step still adds the canaries and the noise.
+        """
+        self._picked = np.flatnonzero(self.included
+                                      & (self._rng.random(self.included.size) < self.q))
+        for p in self.params:
+            if getattr(p, "grad_sample", None) is None:
+                p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
+        self.samples += int(self._picked.size)
+        return int(self._picked.size)
+
+    def add_to_sums(self) -> None:
+        """Add ``C`` to each sampled canary's coordinate of ``summed_grad`` (once a step)."""
+        picked, self._picked = self._picked, np.empty(0, dtype=np.int64)
+        for index in np.unique(self._owner[picked]):
+            p = self.params[int(index)]
+            local = self._local[picked[self._owner[picked] == index]]
+            summed = p.summed_grad.view(-1)
+            summed[torch.as_tensor(local, device=p.device)] += self.clip_norm
+
+    def record_step(self) -> None:
+        """Read the canaries' coordinates after an optimizer step (the white-box iterates)."""
+        theta = self.flat_values()
+        self.steps += 1
+        if self.keep_trajectory:
+            self.trajectory.append(theta)
+        if self.scoring is not None:
+            s = self.scoring
+            velocity = (self._previous - theta) / s.learning_rate  # v_t = mom v_{t-1} + g_t
+            grads = velocity if self._velocity is None \
+                else velocity - s.momentum * self._velocity
+            self._scores += self._step_scores(grads * (s.batch_size / self.clip_norm),
+                                              s.noise_multiplier)
+            self._velocity = velocity
+        self._previous = theta
+
+    def _step_scores(self, y: np.ndarray, sigma: float) -> np.ndarray:
+        """``log(1 - q + q exp((y - 1/2) / sigma^2))``: one step's log-likelihood ratio."""
+        a = (y - 0.5) / (sigma * sigma)
+        return np.logaddexp(math.log1p(-self.q), math.log(self.q) + a) if self.q < 1 else a
 
     def sum_scores(self) -> np.ndarray:
         """``theta_0[j] - theta_T[j]`` per canary: the sum of the updates (before issue 34)."""
         return self.initial - self.flat_values()
 
-    def scores(self, *, noise_multiplier: float, learning_rate: float, momentum: float,
-               batch_size: float) -> np.ndarray:
-        """Log-likelihood-ratio score per canary from the recorded iterates (module docstring).
-
-        Args:
-            noise_multiplier: sigma (the noise's standard deviation over C).
-            learning_rate: The SGD learning rate.
-            momentum: The SGD momentum.
-            batch_size: The batch size the optimizer divides the noisy sum by (Opacus's
-                ``expected_batch_size``).
+    def scores(self) -> np.ndarray:
+        """Log-likelihood-ratio score per canary, accumulated by :meth:`record_step`.
 
         Raises:
-            ValueError: If no step was recorded (:meth:`record_step`).
+            ValueError: If the injector has no ``scoring`` or no step was recorded.
+        """
+        if self.scoring is None:
+            raise ValueError("scores() needs the injector's scoring; without it use "
+                             "scores_from_trajectory()")
+        if self.steps == 0:
+            raise ValueError("no step recorded: call record_step() after each optimizer step")
+        return self._scores.copy()
+
+    def scores_from_trajectory(self, scoring: CanaryScoring) -> np.ndarray:
+        """The same scores from the kept iterates (``keep_trajectory``), for any ``scoring``.
+
+        Raises:
+            ValueError: If no trajectory was kept or no step was recorded.
         """
         if len(self.trajectory) < 2:
-            raise ValueError("no step recorded: call record_step() after each optimizer step")
-        sigma = _validate.check_positive("noise_multiplier", noise_multiplier)
+            raise ValueError("no trajectory: keep_trajectory=True and record_step() after "
+                             "each optimizer step")
         theta = np.stack(self.trajectory)  # (T + 1, m)
-        velocity = -np.diff(theta, axis=0) / learning_rate  # v_t = momentum v_{t-1} + g_t
+        velocity = -np.diff(theta, axis=0) / scoring.learning_rate
         grads = velocity.copy()
-        grads[1:] -= momentum * velocity[:-1]
-        y = grads * (batch_size / self.clip_norm)  # 1 + noise when sampled, noise otherwise
-        a = (y - 0.5) / (sigma * sigma)
-        per_step = np.logaddexp(math.log1p(-self.q), math.log(self.q) + a) if self.q < 1 \
-            else a
-        return per_step.sum(axis=0)
+        grads[1:] -= scoring.momentum * velocity[:-1]
+        y = grads * (scoring.batch_size / self.clip_norm)  # 1 + noise when sampled, else noise
+        return self._step_scores(y, scoring.noise_multiplier).sum(axis=0)

@@ -36,6 +36,7 @@ from dpkd_audit.accountants.dp_sgd import (
 from dpkd_audit.ledger import Ledger
 from dpkd_audit.pipelines.common.canaries import (
     CanaryPlacement,
+    CanaryScoring,
     CanaryTap,
     GradientCanaries,
     GradientCanaryInjector,
@@ -215,8 +216,9 @@ def train_dp_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int
         progress: A tqdm bar over steps.
         canaries: White-box gradient canaries for an audit
             (:mod:`~dpkd_audit.pipelines.common.canaries`): the inserted ones are
-            Poisson-sampled like every record and their rows join the per-sample gradients
-            before clipping and noise; their scores are in the result.
+            Poisson-sampled like every record and their rows ``C e_j`` join Opacus's clipped
+            sum before the noise; their scores (accumulated as the run goes) are in the
+            result.
     """
     from opacus import PrivacyEngine
     from opacus.data_loader import DPDataLoader
@@ -269,9 +271,15 @@ def train_dp_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int
             module=model, optimizer=optimizer, data_loader=dp_loader,
             noise_multiplier=plan.noise_multiplier, max_grad_norm=config.max_grad_norm,
             poisson_sampling=False, noise_generator=noise_gen)
-    injector = None if canaries is None else GradientCanaryInjector(
-        canaries, optimizer.params, sampling_probability=plan.schedule.sampling_probability,
-        clip_norm=config.max_grad_norm, within=None if tap is None else tap.tap.weight)
+    injector = None
+    if canaries is not None:
+        injector = GradientCanaryInjector(
+            canaries, optimizer.params, sampling_probability=plan.schedule.sampling_probability,
+            clip_norm=config.max_grad_norm, within=None if tap is None else tap.tap.weight,
+            scoring=CanaryScoring(noise_multiplier=plan.noise_multiplier,
+                                  learning_rate=config.learning_rate, momentum=config.momentum,
+                                  batch_size=float(optimizer.expected_batch_size)))
+        injector.attach(optimizer)
     x_test = torch.from_numpy(np.array(test_images, dtype=np.uint8)).unsqueeze(1).float() \
         .div_(255.0).to(device)
     y_test = torch.from_numpy(np.array(test_labels, dtype=np.int64)).to(device)
@@ -289,7 +297,7 @@ def train_dp_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int
                     warnings.filterwarnings("ignore", message="Full backward hook")
                     loss.backward()
             if injector is not None:
-                injector.add_rows()
+                injector.sample()
             optimizer.step()
             if injector is not None:
                 injector.record_step()
@@ -297,9 +305,7 @@ def train_dp_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int
         accuracies.append(_accuracy(model, x_test, y_test))
         bar.set_postfix(acc=f"{accuracies[-1]:.4f}", refresh=False)
     bar.close()
-    scores = None if injector is None else injector.scores(
-        noise_multiplier=plan.noise_multiplier, learning_rate=config.learning_rate,
-        momentum=config.momentum, batch_size=float(optimizer.expected_batch_size))
+    scores = None if injector is None else injector.scores()
     if hasattr(model, "remove_hooks"):  # Opacus's per-sample-gradient hooks, no longer needed
         model.remove_hooks()
     inner = model._module if hasattr(model, "_module") else model
