@@ -36,7 +36,7 @@ def test_table_rows_carry_the_records_numbers():
                        " | 1 | 0 | 0.9517 | 0.952 | - | - | consistent | 20000 runs per side | "
                        "112 |")
     assert rows[3] == ("| dgd | digits | sound | DP-SGD baseline | 9.3 | 1e-05 | 0.61 | 0.066 | "
-                       "0.93 | 1.234 | inconclusive | one run, 1000 canaries (80 / 100 guesses "
+                       "0.93 | 1.234 | inconclusive | one run, 1,000 canaries (80 / 100 guesses "
                        "right) | 95 |")
     assert "at 95% confidence" in table and "not evidence of privacy" in table
     assert "an estimate under that model, not a distribution-free bound" in table

@@ -241,7 +241,7 @@ def _audit_dp_sgd(args: argparse.Namespace, pipeline: Any, config: Any,
     fields, code = _analyses(
         args, bound, f"{args.pipeline} sound DP-SGD {role}: claimed {result.epsilon_dp_sgd:.4g} "
         f"for DP-SGD at delta {bound.delta:g} (run target {config.epsilon:g}); {bound.correct} "
-        f"of {bound.guesses} guesses right {_guess_counts(bound)}, {bound.canaries} canaries")
+        f"of {bound.guesses} guesses right {_guess_counts(bound)}, {bound.canaries:,} canaries")
     out = _write_one_run(args, config, {**result.to_record(), **fields}, result.scores,
                          result.included,
                          "canary score: log-likelihood ratio of the canary's coordinate over "

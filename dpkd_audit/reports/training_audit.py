@@ -50,7 +50,7 @@ def _fmt(value: Any) -> str:
 
 def _what(record: dict[str, Any]) -> str:
     if record.get("estimator") == "one-run":
-        return (f"one run, {record['canaries']} canaries ({record['correct']} / "
+        return (f"one run, {record['canaries']:,} canaries ({record['correct']} / "
                 f"{record['guesses']} guesses right)")
     return f"{record['runs_per_side']} runs per side"
 
@@ -116,7 +116,7 @@ def plot_pipeline_audit(record: dict[str, Any], path: str | Path) -> Path:
     left.set_xlabel(record.get("score_name", "canary score"))
     one_run = record.get("estimator") == "one-run"
     left.set_ylabel("canaries" if one_run else "runs")
-    left.set_title(f"one run, {record['canaries']} canaries ({record['correct']} of "
+    left.set_title(f"one run, {record['canaries']:,} canaries ({record['correct']} of "
                    f"{record['guesses']} guesses right)" if one_run
                    else f"{record['runs_per_side']} runs per side")
     left.legend(fontsize=8)
