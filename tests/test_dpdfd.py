@@ -219,6 +219,15 @@ def test_config_round_trips_to_json() -> None:
     assert DpdfdMode("sound").epsilon_kind == "record-level"
 
 
+def test_small_preset_trains_the_fashion_teacher_longer_only_there() -> None:
+    """The published teacher: 6 epochs on Fashion-MNIST, 2 on MNIST, 10 on the digits."""
+    epochs = {d: DpdfdConfig.small(dataset=d).teacher.training.epochs
+              for d in ("digits", "mnist", "fashion-mnist")}
+    assert epochs == {"digits": 10, "mnist": 2, "fashion-mnist": 6}
+    assert DpdfdConfig.small(dataset="fashion-mnist", teacher=DpdfdConfig.small().teacher) \
+        .teacher.training.epochs == 2  # an override wins
+
+
 def _cli(tmp_path: Path, *extra: str) -> list[str]:
     return ["run", "dpdfd", "--stages", "2", "--stage-size", "16", "--teacher-epochs", "1",
             "--generator-steps", "2", "--quiet", "--out", str(tmp_path / "out"), *extra]

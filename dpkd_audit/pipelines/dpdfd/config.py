@@ -166,7 +166,8 @@ class DpdfdConfig:
     def small(cls, **overrides: Any) -> DpdfdConfig:
         """CPU preset, MNIST-sized: 2-epoch VGG teacher, narrow generator, 100 x 2,000 labels.
 
-        The published teacher is the VGG-like BatchNorm net (width 16, 2 epochs), the sound one
+        The published teacher is the VGG-like BatchNorm net (width 16, 2 epochs; 6 on
+        Fashion-MNIST, :data:`SMALL_FASHION_TEACHER_EPOCHS`), the sound one
         the tanh CNN under DP-SGD (15 epochs, batch 512); the generator has width 64 and takes
         400 steps; 100 stages of 2,000 labels train a width-16 student (60 steps per stage).
 
@@ -178,9 +179,10 @@ class DpdfdConfig:
         On the 8x8 digits everything is smaller (20 stages of 200 labels, 200 generator steps)
         and the sound teacher is the VGG-like net with GroupNorm (the tanh CNN needs 28x28).
         """
-        digits = parse_enum(DatasetName, "dataset", overrides.get("dataset", cls.dataset)) \
-            is DatasetName.DIGITS
-        training = StudentConfig(epochs=2, batch_size=128, learning_rate=0.1,
+        dataset = parse_enum(DatasetName, "dataset", overrides.get("dataset", cls.dataset))
+        digits = dataset is DatasetName.DIGITS
+        epochs = SMALL_FASHION_TEACHER_EPOCHS if dataset is DatasetName.FASHION_MNIST else 2
+        training = StudentConfig(epochs=epochs, batch_size=128, learning_rate=0.1,
                                  label_smoothing=0.0, augment=False)
         values: dict[str, Any] = {
             "stages": 20 if digits else 100,
@@ -225,3 +227,10 @@ class DpdfdConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dictionary (enums as their values; ``label_epsilon`` resolved)."""
         return plain(self)
+
+
+#: The small preset's published teacher's epochs on Fashion-MNIST (2 elsewhere): the teacher is
+#: the student's ceiling, and 2 epochs leave it undertrained there. Measured (VGG width 16, seed
+#: 0, 1 CPU thread, test accuracy): 2 epochs 90.64%, 6 epochs 92.27%, 12 epochs 92.95%, 6
+#: epochs with augmentation 90.41% (MNIST's 2-epoch teacher is at 99.18%).
+SMALL_FASHION_TEACHER_EPOCHS = 6
