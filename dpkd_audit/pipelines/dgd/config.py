@@ -302,8 +302,9 @@ class DgdConfig:
         images. Departure, published mode: the generator also matches the private data's feature
         statistics read through the baseline without noise (``generator_statistics='exact'``,
         :class:`GeneratorStatistics`; weight 10, the sound generator's squashed output and schedule,
-        1,000 steps): measured on MNIST (seed 0, CPU, 1,300 / 400 / 27 queries) 76.75 / 74.75 /
-        15.06% against 37.28 / 33.47 / 12.26% for the paper's generator (the committed records), and
+        1,000 steps): measured on MNIST (seed 0, CPU, 1,300 / 400 / 27 queries, the 400-step student
+        of commit 42c107e) 76.75 / 74.75 / 15.06% against 37.28 / 33.47 / 12.26% for the paper's
+        generator (``reports/dgd/ablations``), and
         on the digits 66.5 / 62.3 / 35.0% against 37.5 / 38.7 / 17.4%;
         ``generator_statistics='none'`` gives the paper's generator, DAFL's recipe
         (:data:`DAFL_RECIPE`). Shrunk (MNIST-sized): teachers of widths (8, 16) trained 300 steps of
