@@ -33,7 +33,7 @@ def test_table_rows_carry_the_records_numbers():
     rows = table.splitlines()
     assert "| f-DP bound | Gaussian estimate |" in rows[0]
     assert rows[2] == ("| rknn | digits | central | release path (counts, labels, label accuracy)"
-                       " | 1 | 0 | 0.9517 | 0.952 | - | - | consistent | 20000 runs per side | "
+                       " | 1 | 0 | 0.9517 | 0.952 | - | - | consistent | 20,000 runs per side | "
                        "112 |")
     assert rows[3] == ("| dgd | digits | sound | DP-SGD baseline | 9.3 | 1e-05 | 0.61 | 0.066 | "
                        "0.93 | 1.234 | inconclusive | one run, 1,000 canaries (80 / 100 guesses "

@@ -185,7 +185,7 @@ def _write_one_run(args: argparse.Namespace, config: Any, fields: dict[str, Any]
 
 def _guess_counts(bound: Any) -> str:
     """``"(50 in, 50 out)"``: the two sides of the guesses a one-run bound made."""
-    return f"({bound.guesses_in} in, {bound.guesses_out} out)"
+    return f"({bound.guesses_in:,} in, {bound.guesses_out:,} out)"
 
 
 def _audit_record_level(args: argparse.Namespace, pipeline: Any, config: Any,
@@ -204,8 +204,8 @@ def _audit_record_level(args: argparse.Namespace, pipeline: Any, config: Any,
     bound = result.bound
     fields, code = _analyses(
         args, bound, f"{args.pipeline} {config.mode.value}, released student: claimed "
-        f"{bound.epsilon_claimed:.4g} at delta {bound.delta:g}; {bound.correct} of "
-        f"{bound.guesses} guesses right {_guess_counts(bound)}, {bound.canaries} mislabeled "
+        f"{bound.epsilon_claimed:.4g} at delta {bound.delta:g}; {bound.correct:,} of "
+        f"{bound.guesses:,} guesses right {_guess_counts(bound)}, {bound.canaries:,} mislabeled "
         f"canaries; student test accuracy {result.test_accuracy:.4f}")
     out = _write_one_run(args, config, {**result.to_record(), **fields}, result.scores,
                          result.included,
@@ -240,8 +240,8 @@ def _audit_dp_sgd(args: argparse.Namespace, pipeline: Any, config: Any,
     bound = result.bound
     fields, code = _analyses(
         args, bound, f"{args.pipeline} sound DP-SGD {role}: claimed {result.epsilon_dp_sgd:.4g} "
-        f"for DP-SGD at delta {bound.delta:g} (run target {config.epsilon:g}); {bound.correct} "
-        f"of {bound.guesses} guesses right {_guess_counts(bound)}, {bound.canaries:,} canaries")
+        f"for DP-SGD at delta {bound.delta:g} (run target {config.epsilon:g}); {bound.correct:,} "
+        f"of {bound.guesses:,} guesses right {_guess_counts(bound)}, {bound.canaries:,} canaries")
     out = _write_one_run(args, config, {**result.to_record(), **fields}, result.scores,
                          result.included,
                          "canary score: log-likelihood ratio of the canary's coordinate over "

@@ -198,9 +198,16 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+def _audit_size(record: dict[str, Any]) -> str:
+    """``"one run, 1,000 canaries"`` or ``"many runs"``: tells two audits of one stage apart."""
+    if record.get("estimator") == "one-run" and "canaries" in record:
+        return f"one run, {record['canaries']:,} canaries"
+    return "many runs" if record.get("estimator") == "many-run" else record.get("estimator", "")
+
+
 def _pipeline_audit_points(records: Sequence[SourcedRecord]) -> list[dict[str, Any]]:
     return [{"mechanism": f"{r.record['pipeline']} {r.record['dataset']} {r.record['mode']}"
-                          f" ({r.record.get('estimator', '')})",
+                          f" ({_audit_size(r.record)})",
              "epsilon_claimed": r.record["epsilon_claimed"],
              "epsilon_lower": r.record["epsilon_lower"], "verdict": r.record["verdict"],
              **{key: r.record[key] for key in ("epsilon_lower_fdp", "epsilon_lower_gaussian")

@@ -50,9 +50,9 @@ def _fmt(value: Any) -> str:
 
 def _what(record: dict[str, Any]) -> str:
     if record.get("estimator") == "one-run":
-        return (f"one run, {record['canaries']:,} canaries ({record['correct']} / "
-                f"{record['guesses']} guesses right)")
-    return f"{record['runs_per_side']} runs per side"
+        return (f"one run, {record['canaries']:,} canaries ({record['correct']:,} / "
+                f"{record['guesses']:,} guesses right)")
+    return f"{record['runs_per_side']:,} runs per side"
 
 
 def pipeline_audit_markdown(records: Sequence[dict[str, Any]]) -> str:
@@ -116,9 +116,9 @@ def plot_pipeline_audit(record: dict[str, Any], path: str | Path) -> Path:
     left.set_xlabel(record.get("score_name", "canary score"))
     one_run = record.get("estimator") == "one-run"
     left.set_ylabel("canaries" if one_run else "runs")
-    left.set_title(f"one run, {record['canaries']:,} canaries ({record['correct']} of "
-                   f"{record['guesses']} guesses right)" if one_run
-                   else f"{record['runs_per_side']} runs per side")
+    left.set_title(f"one run, {record['canaries']:,} canaries ({record['correct']:,} of "
+                   f"{record['guesses']:,} guesses right)" if one_run
+                   else f"{record['runs_per_side']:,} runs per side")
     left.legend(fontsize=8)
     claimed, lower = float(record["epsilon_claimed"]), float(record["epsilon_lower"])
     heights = [claimed, lower]
