@@ -12,6 +12,14 @@ and a cap, Section 4: ``audit_rh_with_cap`` in their notation; google-deepmind/j
 bound when most guesses are right: with 1,000 canaries and 99 of 100 guesses right, about 4.8
 instead of 3.0 at delta 1e-5 (tests/test_audit_one_run_fdp.py).
 
+Reconstruction-style games (their Section 5; ``k`` in facebookresearch/PrivacyGuard's
+``FDPAnalysisNode``): each canary takes one of ``choices`` values, drawn uniformly and
+independently, and each guess names one value. Neighbouring inputs then differ in one canary's
+value (replace-one), a wrong guess has ``choices - 1`` ways to happen, and the recursion's
+lower bound on the wrong mass carries that factor: h' = max(h, (choices - 1) Phi(Phi^-1(r) -
+mu)). ``choices = 2`` is the membership game above (in / out). Validity on the idealised k-ary
+Gaussian game is tested like the membership one (tests/test_audit_one_run_fdp.py).
+
 What a bound means: it refutes "the algorithm is at least as private as the Gaussian mechanism
 calibrated to (epsilon, delta)" at the stated confidence. That hypothesis implies (epsilon,
 delta)-DP but is stronger, and it is **not** implied by a DP-SGD claim: DP-SGD's accounting is
@@ -53,15 +61,15 @@ def gaussian_mu(epsilon: float, delta: float) -> float:
 
 
 def one_run_fdp_margin(canaries: int, guesses: int, correct: int, mu: float,
-                       significance: float) -> float:
+                       significance: float, choices: int = 2) -> float:
     """Positive when ``correct`` of ``guesses`` right is too many for a mu-GDP algorithm.
 
     The recursion of Mahloujifar-Melis-Chaudhuri 2025 (Section 4, abstention with a cap): start
     from the masses r = alpha c / m (right guesses) and h = alpha (k - c) / m (wrong ones); for
     i = c - 1 down to 0, the wrong mass must be at least the Gaussian blow-up inverse of the
-    right one, h' = max(h, Phi(Phi^-1(r) - mu)), and the right mass grows with it, r' = min(1,
-    r + i / (k - i) (h' - h)). A mu-GDP algorithm cannot give c right guesses with probability
-    alpha when the final r + h exceeds the k / m the guesses can hold.
+    right one, h' = max(h, (choices - 1) Phi(Phi^-1(r) - mu)), and the right mass grows with it,
+    r' = min(1, r + i / (k - i) (h' - h)). A mu-GDP algorithm cannot give c right guesses with
+    probability alpha when the final r + h exceeds the k / m the guesses can hold.
 
     Args:
         canaries: m (>= 1).
@@ -69,14 +77,16 @@ def one_run_fdp_margin(canaries: int, guesses: int, correct: int, mu: float,
         correct: c, in [0, k].
         mu: The hypothesised GDP parameter (>= 0; inf: no privacy, never refuted).
         significance: alpha = 1 - confidence, in (0, 1).
+        choices: Values a canary can take (2: the membership game; more: reconstruction).
     """
     m, k, c = canaries, guesses, correct
     if c == 0 or math.isinf(mu):
         return -1.0
+    wrong_ways = choices - 1
     r = significance * c / m
     h = significance * (k - c) / m
     for i in range(c - 1, -1, -1):
-        h_new = max(h, float(special.ndtr(special.ndtri(r) - mu)))
+        h_new = max(h, wrong_ways * float(special.ndtr(special.ndtri(r) - mu)))
         if h_new == h:  # nothing moves any more
             break
         r = min(r + i / (k - i) * (h_new - h), 1.0)
@@ -85,7 +95,7 @@ def one_run_fdp_margin(canaries: int, guesses: int, correct: int, mu: float,
 
 
 def one_run_fdp_epsilon(canaries: int, guesses: int, correct: int, *, delta: float,
-                        confidence: float = 0.95) -> float:
+                        confidence: float = 0.95, choices: int = 2) -> float:
     """Largest epsilon whose Gaussian f-DP claim ``correct`` of ``guesses`` right refutes.
 
     The claim at epsilon is mu(epsilon, delta)-GDP (:func:`gaussian_mu`); its margin
@@ -97,6 +107,9 @@ def one_run_fdp_epsilon(canaries: int, guesses: int, correct: int, *, delta: flo
         correct: c, correct guesses, in [0, k].
         delta: The claim's delta, in (0, 1) (a Gaussian curve is never (epsilon, 0)-DP).
         confidence: In (0, 1).
+        choices: Values each canary takes, uniformly at random (an integer >= 2): 2 is the
+            membership game ("in" / "out" guesses); more is a reconstruction game, each guess
+            naming one value, the claim then under replace-one neighbours.
 
     Returns:
         The lower bound (0 when no claim is refuted; :data:`FDP_MAX_EPSILON` when every
@@ -111,12 +124,13 @@ def one_run_fdp_epsilon(canaries: int, guesses: int, correct: int, *, delta: flo
     delta = _validate.check_probability("delta", delta, open_low=True, open_high=True)
     confidence = _validate.check_probability("confidence", confidence, open_low=True,
                                              open_high=True)
+    choices = _validate.check_int("choices", choices, minimum=2)
     significance = 1.0 - confidence
     if c == 0:
         return 0.0
 
     def margin(epsilon: float) -> float:
-        return one_run_fdp_margin(m, k, c, gaussian_mu(epsilon, delta), significance)
+        return one_run_fdp_margin(m, k, c, gaussian_mu(epsilon, delta), significance, choices)
 
     if margin(_MIN_EPSILON) <= 0.0:
         return 0.0
