@@ -69,14 +69,14 @@ def test_the_bound_is_valid_on_the_idealised_gaussian_game():
 
 
 def test_reconstruction_game_bound_is_valid_and_has_power():
-    """k-ary reconstruction (Mahloujifar-Melis-Chaudhuri Section 5): each of 1,000 canaries takes
-    one of 10 values uniformly; the output per canary is (mu0 / sqrt 2) e_value + N(0, I_10),
-    mu0-GDP under replace-one (two values' means are mu0 apart). The auditor names the argmax on
-    the 100 canaries with the widest top-two gap and abstains on the rest. 120 games at true
-    epsilon 2 (delta 1e-5): the 95% bound exceeds 2 in at most 6 expected; more than 16 has
-    probability < 1e-3. Measured: median 22 of 100 right (chance 10), median bound 0.57, no
-    exceedance; the same counts analysed as a 40-ary game (a wrong analysis) exceed 2 in 107 of
-    the 120 games, so the test fails on an over-reporting bound."""
+    """k-ary reconstruction (Mahloujifar-Melis-Chaudhuri's reconstruction game): each of 1,000
+    canaries takes one of 10 values uniformly; the output per canary is (mu0 / sqrt 2) e_value +
+    N(0, I_10), mu0-GDP under replace-one (two values' means are mu0 apart). The auditor names
+    the argmax on the 100 canaries with the widest top-two gap and abstains on the rest. 120
+    games at true epsilon 2 (delta 1e-5): the 95% bound exceeds 2 in at most 6 expected; more
+    than 16 has probability < 1e-3. Measured: median 22 of 100 right (chance 10), median bound
+    0.57, no exceedance; the same counts analysed as a 40-ary game (a wrong analysis) exceed 2
+    in 107 of the 120 games, so the test fails on an over-reporting bound."""
     delta, true_eps, trials, m, choices = 1e-5, 2.0, 120, 1000, 10
     mu0 = gaussian_mu(true_eps, delta)
     rng = np.random.default_rng(35)

@@ -12,13 +12,14 @@ and a cap, Section 4: ``audit_rh_with_cap`` in their notation; google-deepmind/j
 bound when most guesses are right: with 1,000 canaries and 99 of 100 guesses right, about 4.8
 instead of 3.0 at delta 1e-5 (tests/test_audit_one_run_fdp.py).
 
-Reconstruction-style games (their Section 5; ``k`` in facebookresearch/PrivacyGuard's
-``FDPAnalysisNode``): each canary takes one of ``choices`` values, drawn uniformly and
-independently, and each guess names one value. Neighbouring inputs then differ in one canary's
-value (replace-one), a wrong guess has ``choices - 1`` ways to happen, and the recursion's
-lower bound on the wrong mass carries that factor: h' = max(h, (choices - 1) Phi(Phi^-1(r) -
-mu)). ``choices = 2`` is the membership game above (in / out). Validity on the idealised k-ary
-Gaussian game is tested like the membership one (tests/test_audit_one_run_fdp.py).
+Reconstruction-style games (the paper's reconstruction game; ``k`` in
+facebookresearch/PrivacyGuard's ``FDPAnalysisNode``): each canary takes one of ``choices``
+values, drawn uniformly and independently, and each guess names one value. Neighbouring inputs
+then differ in one canary's value (replace-one), a wrong guess has ``choices - 1`` ways to
+happen, and the recursion's lower bound on the wrong mass carries that factor: h' = max(h,
+(choices - 1) Phi(Phi^-1(r) - mu)). ``choices = 2`` is the membership game above (in / out).
+Validity on the idealised k-ary Gaussian game is tested like the membership one
+(tests/test_audit_one_run_fdp.py).
 
 What a bound means: it refutes "the algorithm is at least as private as the Gaussian mechanism
 calibrated to (epsilon, delta)" at the stated confidence. That hypothesis implies (epsilon,
