@@ -16,6 +16,7 @@ import pytest
 import torch
 from digits_helpers import single_thread
 
+from dpkd_audit.pipelines.common.tnar import class_balance_regularization
 from dpkd_audit.pipelines.common.vae import ConvVae
 from dpkd_audit.pipelines.dgd import DgdConfig, TnarConfig, run
 from dpkd_audit.pipelines.dgd.pipeline import (
@@ -65,6 +66,34 @@ def test_rampup_follows_the_sigmoid_shape_and_reaches_one() -> None:
     assert TnarConfig(steps=10).unlabelled_scale(0) == 1.0
     with pytest.raises(ValueError, match="rampup"):
         TnarConfig(rampup=1.5)
+
+
+def test_class_balance_term_by_hand_and_in_the_student() -> None:
+    """sum_c p_c ln p_c of the batch-mean softmax: -ln k when balanced, 0 when collapsed."""
+    two = torch.log(torch.tensor([[0.9, 0.1], [0.1, 0.9]]))
+    assert class_balance_regularization(two).item() == pytest.approx(-math.log(2), rel=1e-6)
+    skewed = torch.log(torch.tensor([[0.9, 0.1], [0.5, 0.5]]))  # mean (0.7, 0.3)
+    assert class_balance_regularization(skewed).item() == pytest.approx(
+        0.7 * math.log(0.7) + 0.3 * math.log(0.3), rel=1e-6)
+    collapsed = torch.tensor([[60.0, 0.0, 0.0], [60.0, 0.0, 0.0]])
+    assert abs(class_balance_regularization(collapsed).item()) < 1e-12
+    with pytest.raises(ValueError, match="balance_weight"):
+        TnarConfig(balance_weight=-0.1)
+    assert TnarConfig().balance_weight == 0.0  # DGD has no such term
+    assert TnarConfig(tangent_weight=0.0, normal_weight=0.0, entropy_weight=0.0,
+                      balance_weight=0.5).regularized
+    vae = ConvVae(image_shape=(8, 8), latent_dim=3, width=4,
+                  generator=torch.Generator().manual_seed(0))
+    images = torch.rand(6, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    config = TnarConfig(width=2, steps=2, batch_size=4, unlabelled_batch_size=4,
+                        balance_weight=0.1)
+    trained = train_tnar_student(images, np.zeros(6, int), codes=torch.zeros(6, 3), vae=vae,
+                                 unlabelled=images, num_classes=3, config=config,
+                                 test_images=images, test_labels=np.zeros(6, int), seed=0,
+                                 progress=False)
+    assert set(trained.loss_terms) == {"cross_entropy", "tangent", "normal", "entropy",
+                                       "balance"}
+    assert -math.log(3) - 1e-6 <= trained.loss_terms["balance"] <= 0.0
 
 
 def test_published_student_learns_every_class_and_its_terms_do_not_hurt() -> None:

@@ -84,6 +84,9 @@ def _config(args: argparse.Namespace, *, mode: str, queries: int | None,
                                                  unlabelled_input=unlabelled_input))
     if args.latent_epsilon is not None:
         config = replace(config, latent_epsilon=args.latent_epsilon)
+    if args.balance_weight is not None:
+        config = replace(config, student=replace(config.student,
+                                                 balance_weight=args.balance_weight))
     if args.teachers is not None:
         config = replace(config, ensemble=replace(config.ensemble, num_teachers=args.teachers))
     if args.ensemble_steps is not None:
@@ -216,6 +219,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "(the unlabelled synthetic images, as TNAR does; default) or "
                         "reconstruction (their VAE reconstructions, DGD's Eq. 4 read literally; "
                         "implied by --latent-epsilon)")
+    p.add_argument("--balance-weight", type=non_negative_float,
+                   help="published student: weight of the class-balance term on the unlabelled "
+                        "images (entropy of their mean prediction, maximised; not in DGD; "
+                        "default: the preset's, 0.1 in small, 0 in paper)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--quiet", action="store_true", help="no progress bars or stage messages")

@@ -35,9 +35,11 @@ import torch.nn.functional as F  # noqa: N812  (conventional alias)
 from torch import nn
 
 from dpkd_audit.pipelines.common.distill import prediction_entropy
+from dpkd_audit.pipelines.common.generator import information_entropy_loss
 
 __all__ = [
     "adversarial_direction",
+    "class_balance_regularization",
     "decoder_jacobian",
     "entropy_regularization",
     "frozen_batch_statistics",
@@ -162,3 +164,13 @@ def normal_regularization(model: nn.Module, x: torch.Tensor, clean_logits: torch
 def entropy_regularization(logits: torch.Tensor) -> torch.Tensor:
     """Mean conditional entropy of the predictions (minimised; Grandvalet and Bengio 2005)."""
     return prediction_entropy(logits)
+
+
+def class_balance_regularization(logits: torch.Tensor) -> torch.Tensor:
+    """Negative entropy (nats) of the batch-mean softmax: sum_c p_c ln p_c, minimised.
+
+    The marginal half of regularized information maximization (Krause, Perona and Gomes,
+    NeurIPS 2010, Eq. 4: I(x; y) = H(mean p) - mean H(p)); minimal, -ln k, when the batch's
+    predictions are spread evenly over the k classes, 0 when every image goes to one class.
+    """
+    return information_entropy_loss(logits)

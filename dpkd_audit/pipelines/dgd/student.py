@@ -54,6 +54,7 @@ from dpkd_audit.pipelines.common.student import (
     build_student,
 )
 from dpkd_audit.pipelines.common.tnar import (
+    class_balance_regularization,
     entropy_regularization,
     frozen_batch_statistics,
     normal_regularization,
@@ -106,6 +107,13 @@ class TnarConfig:
             rise from about 0 to their values along exp(-5 (1 - t)^2) (the sigmoid ramp-up of
             Laine and Aila, ICLR 2017, Sec. 3.1, used by Mean Teacher); 0: full weights from
             the first step (DGD and TNAR state no ramp-up).
+        balance_weight: Weight (>= 0) of the class-balance term on the unlabelled batch:
+            sum_c p_c ln p_c of its mean softmax p (minimal when the batch's predictions
+            spread over the classes). With the entropy term it makes the unlabelled objective
+            the mutual information between images and predicted classes (regularized
+            information maximization, Krause, Perona and Gomes, NeurIPS 2010, Eq. 4), whose
+            marginal-entropy half rules out the collapse in which every unlabelled image goes
+            to one class. Not in DGD (0, the paper): a departure where set.
     """
 
     width: int = 32
@@ -122,6 +130,7 @@ class TnarConfig:
     augment: bool = False
     unlabelled_input: UnlabelledInput = UnlabelledInput.SYNTHETIC
     rampup: float = 0.0
+    balance_weight: float = 0.0
 
     def __post_init__(self) -> None:
         _validate.check_int("width", self.width, minimum=1)
@@ -129,7 +138,7 @@ class TnarConfig:
         _validate.check_int("batch_size", self.batch_size, minimum=1)
         _validate.check_int("unlabelled_batch_size", self.unlabelled_batch_size, minimum=2)
         _validate.check_positive("learning_rate", self.learning_rate)
-        for name in ("tangent_weight", "normal_weight", "entropy_weight"):
+        for name in ("tangent_weight", "normal_weight", "entropy_weight", "balance_weight"):
             _validate.check_nonnegative(name, getattr(self, name))
         for name in ("tangent_epsilon", "normal_epsilon", "xi"):
             _validate.check_positive(name, getattr(self, name))
@@ -149,7 +158,8 @@ class TnarConfig:
     @property
     def regularized(self) -> bool:
         """Whether any unlabelled term is used (else the VAE is not read)."""
-        return (self.tangent_weight + self.normal_weight + self.entropy_weight) > 0
+        return (self.tangent_weight + self.normal_weight + self.entropy_weight
+                + self.balance_weight) > 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -294,6 +304,9 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
             if config.entropy_weight > 0:
                 terms["entropy"] = entropy_regularization(logits_u)
                 loss = loss + ramp * config.entropy_weight * terms["entropy"]
+            if config.balance_weight > 0:
+                terms["balance"] = class_balance_regularization(logits_u)
+                loss = loss + ramp * config.balance_weight * terms["balance"]
         if not torch.isfinite(loss):
             raise FloatingPointError(f"student loss became {float(loss.detach())} at step "
                                      f"{step + 1}; lower learning_rate ({config.learning_rate})")
