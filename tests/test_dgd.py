@@ -542,6 +542,13 @@ def test_paper_settings():
     assert paper_generator.output is GeneratorOutput.STANDARDISED
     assert paper_generator.learning_rate == 0.2 and paper_generator.bn_eps == 0.8
     assert dataclasses.replace(config, mode=DgdMode.SOUND, epsilon=2.0).epsilon == 2.0
+    # the small preset's measured departures: class balance, a VGG baseline on the 28x28 sets
+    assert config.student.balance_weight == 0.1 and DgdConfig.paper().student.balance_weight == 0
+    for name, epochs in (("mnist", 2), ("fashion-mnist", 6)):
+        baseline = DgdConfig.small(dataset=name).baseline
+        assert (baseline.architecture.value, baseline.width, baseline.training.epochs) \
+            == ("vgg", 16, epochs)
+    assert DgdConfig.small(dataset="digits").baseline.architecture.value == "dgd-cnn"
 
 
 # --------------------------------------------------------------------------- CLI
@@ -569,6 +576,13 @@ def test_cli_run_writes_a_record(tmp_path, capsys):
     record = json.loads((paper / "result.json").read_text())
     assert record["config"]["generator_statistics"] == "none"
     assert record["config"]["generator"]["beta"] == 0.0 and record["statistics"] is None
+    assert record["config"]["student"]["balance_weight"] == 0.1
+    without = tmp_path / "without"
+    assert main(["run", "dgd", "--queries", "12", "--balance-weight", "0", *_TINY_CLI,
+                 "--out", str(without)]) == 0
+    record = json.loads((without / "result.json").read_text())
+    assert record["config"]["student"]["balance_weight"] == 0.0
+    assert "balance" not in record["student_loss"]
 
 
 def test_cli_sound_run_without_statistics_or_distillation(tmp_path):

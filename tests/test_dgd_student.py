@@ -101,7 +101,11 @@ def test_published_student_learns_every_class_and_its_terms_do_not_hurt() -> Non
     1,000 (the MNIST preset's count; at 1,000 the ensemble took 35 of this test's 65 s): the
     paper's student against cross-entropy alone on the same labelled images, seed 1.
 
-    Measured at 300 steps (CPU kernel ``loop``), seeds 0-2: paper 25.5 / 35.5 / 38.0%,
+    Measured at commit 5d6a2c1 (the student's 200 augmentation-free steps, its class-balance
+    term at 0.1), 1 thread, seeds 0-2: paper 51.6 / 58.1 / 50.8%, without the balance term
+    48.9 / 56.3 / 49.3%, cross-entropy alone 52.4 / 54.9 / 46.9%, largest class share of the
+    paper's student 0.24 / 0.19 / 0.18. Earlier (an older student), at 300 steps (CPU kernel
+    ``loop``), seeds 0-2: paper 25.5 / 35.5 / 38.0%,
     cross-entropy alone 23.5 / 21.4 / 22.3%, largest class share of the paper's student
     0.55 / 0.22 / 0.43; teachers 76% on average, their plurality vote 88-90%. At 1,000 steps
     (teachers 79%, plurality 91%) seed 1 gave 31.2 / 21.3% and share 0.285; earlier seeds 0-2
@@ -140,7 +144,7 @@ def _compare_students() -> None:
         accuracy[name] = result.test_accuracy
         share[name] = float(counts.max() / counts.sum())
     assert share["paper"] <= 0.30
-    assert accuracy["paper"] >= 0.28
+    assert accuracy["paper"] >= 0.40
     assert accuracy["paper"] >= accuracy["cross_entropy"] - 0.05
 
 
