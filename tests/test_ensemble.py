@@ -112,6 +112,8 @@ def test_training_is_deterministic_and_checks_its_input() -> None:
         EnsembleConfig(num_teachers=1)
     with pytest.raises(ValueError, match="widths"):
         EnsembleConfig(widths=(4,))
+    with pytest.raises(ValueError, match="augment must be a bool; got 'yes'"):
+        EnsembleConfig(augment="yes")
 
 
 @pytest.mark.parametrize("shape", [(8, 8), (10, 10), (9, 7)])

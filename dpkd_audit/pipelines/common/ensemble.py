@@ -60,6 +60,7 @@ from dpkd_audit import _validate
 from dpkd_audit.pipelines.common.config import parse_enum
 from dpkd_audit.pipelines.common.devices import resolve_device
 from dpkd_audit.pipelines.common.progress import progress_counter
+from dpkd_audit.pipelines.common.student import StudentConfig, augment_batch
 
 __all__ = [
     "EnsembleConfig",
@@ -88,6 +89,9 @@ class EnsembleKernel(enum.Enum):
     IM2COL = "im2col"
 
 
+#: The augmentation of ``EnsembleConfig(augment=True)``: the student's defaults.
+_AUGMENT = StudentConfig()
+
 #: Inference batches of the IM2COL kernel are split so that one gathered tensor stays below this.
 _IM2COL_CHUNK_BYTES = 2 << 30
 
@@ -102,6 +106,11 @@ class EnsembleConfig:
         steps: Adam steps per teacher (>= 1); DGD uses 3,000.
         batch_size: Images per teacher per step (>= 1), drawn with replacement from its shard.
         learning_rate: Adam's initial learning rate (> 0), decayed linearly to 0.
+        augment: Each teacher's mini-batches get the student's random affine augmentation
+            (shift, rotation and zoom of up to 10%, 10 degrees, 10%;
+            :func:`~dpkd_audit.pipelines.common.student.augment_batch`). Not in DGD (False
+            there); it changes what a teacher learns from its shard, not whose records it sees,
+            so the votes' sensitivity is unchanged.
     """
 
     num_teachers: int = 250
@@ -109,6 +118,7 @@ class EnsembleConfig:
     steps: int = 3000
     batch_size: int = 128
     learning_rate: float = 1e-3
+    augment: bool = False
 
     def __post_init__(self) -> None:
         _validate.check_int("num_teachers", self.num_teachers, minimum=2)
@@ -120,6 +130,8 @@ class EnsembleConfig:
         _validate.check_int("steps", self.steps, minimum=1)
         _validate.check_int("batch_size", self.batch_size, minimum=1)
         _validate.check_positive("learning_rate", self.learning_rate)
+        if not isinstance(self.augment, bool):
+            raise ValueError(f"augment must be a bool; got {self.augment!r}")
 
 
 def shard_of_records(images: np.ndarray, num_shards: int, *, key: bytes) -> np.ndarray:
@@ -530,10 +542,14 @@ def _train_steps(ensemble: TeacherEnsemble, optimizer: torch.optim.Optimizer,
             parameter.grad = torch.zeros_like(parameter)
     for step in range(config.steps):
         index = draw_minibatches(generator, order, offsets, sizes, b).to(device)  # (n, b)
+        x = x_all[index]                                                  # (n, b, h, w)
+        if config.augment:
+            x = augment_batch(x.reshape(n * b, 1, *x.shape[2:]), generator,
+                              _AUGMENT).reshape(x.shape)
         if loop:
-            loss = _loop_gradients(ensemble, x_all[index], y_all[index])
+            loss = _loop_gradients(ensemble, x, y_all[index])
         else:
-            logits = ensemble(x_all[index].permute(1, 0, 2, 3))      # (b, n, k)
+            logits = ensemble(x.permute(1, 0, 2, 3))                      # (b, n, k)
             loss = F.cross_entropy(logits.reshape(b * n, -1), y_all[index].t().reshape(-1),
                                    reduction="sum") / b
             optimizer.zero_grad(set_to_none=True)
