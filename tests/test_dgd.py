@@ -425,6 +425,8 @@ def test_sound_run_record_level_epsilon_is_the_ledgers(digits):
     assert len(labels) == 2 + plan.queries
     assert record["statistics"]["epsilon"] == pytest.approx(0.1 * 8.0)
     assert record["distillation_weight"] == 1.0 and "distillation" in record["student_loss"]
+    # the digits' sound student starts from the DP baseline (its weights: post-processing)
+    assert record["student_init"] == "baseline"
     # the student trains on the released labels that agree with the DP baseline only
     assert record["label_filter"] == "baseline-agreement"
     assert record["labels_used"] == round(record["label_baseline_agreement"] * plan.queries)
@@ -563,6 +565,13 @@ def test_paper_settings():
     for name in ("digits", "fashion-mnist"):
         assert not DgdConfig.small(dataset=name).ensemble.augment
     assert not DgdConfig.paper().ensemble.augment
+    # the digits' sound student starts from the DP baseline; published students never do
+    assert DgdConfig.small(mode="sound", epsilon=1.0).student_init.value == "scratch"
+    digits_sound = DgdConfig.small(dataset="digits", mode="sound", epsilon=1.0)
+    assert digits_sound.active_student_init.value == "baseline"
+    assert DgdConfig.small(dataset="digits").active_student_init.value == "scratch"
+    with pytest.raises(ValueError, match="student_init"):
+        DgdConfig.small(student_init="teacher")
 
 
 # --------------------------------------------------------------------------- CLI
@@ -606,8 +615,10 @@ def test_cli_sound_run_without_statistics_or_distillation(tmp_path):
 
     out = tmp_path / "out"
     assert main(["run", "dgd", "--mode", "sound", "--epsilon", "8", "--statistics-share", "0",
-                 "--distillation-weight", "0", *_TINY_CLI, "--out", str(out)]) == 0
+                 "--distillation-weight", "0", "--student-init", "scratch", *_TINY_CLI,
+                 "--out", str(out)]) == 0
     record = json.loads((out / "result.json").read_text())
+    assert record["student_init"] == "scratch"
     assert record["statistics"] is None and record["distillation_weight"] == 0.0
     assert record["label_filter"] == "none" and record["labels_used"] == record["queries"]
     assert not any(c["label"].startswith("feature statistics") for c in record["charges"])
@@ -627,6 +638,9 @@ def test_cli_sound_run_without_statistics_or_distillation(tmp_path):
      "--distillation-weight applies to sound runs only"),
     (("--queries", "12", "--label-filter", "none"),
      "--label-filter applies to sound runs only"),
+    (("--queries", "12", "--student-init", "baseline"),
+     "--student-init applies to sound runs only"),
+    (("--mode", "sound", "--epsilon", "5", "--student-init", "teacher"), "invalid choice"),
     (("--queries", "12", "--statistics-share", "0.1"),
      "--statistics-share applies to sound runs only"),
     (("--mode", "sound", "--epsilon", "5", "--distillation-weight", "-1"),

@@ -59,13 +59,16 @@ def _config(args: argparse.Namespace, *, mode: str, queries: int | None,
     if args.label_filter is not None and "sound" not in getattr(args, "modes", [mode]):
         raise ValueError("--label-filter applies to sound runs only (published runs train on "
                          "every released label, as the paper)")
+    if args.student_init is not None and "sound" not in getattr(args, "modes", [mode]):
+        raise ValueError("--student-init applies to sound runs only (a published student "
+                         "starts from scratch, as the paper)")
     if args.generator_statistics is not None and "published" not in getattr(args, "modes",
                                                                               [mode]):
         raise ValueError("--generator-statistics applies to published runs only (a sound "
                          "generator matches statistics released with noise: "
                          "--statistics-share)")
     for name in ("noise_scale", "query_share", "synthetic", "selection", "distillation_weight",
-                 "label_filter", "generator_statistics"):
+                 "label_filter", "generator_statistics", "student_init"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     # A label filter may keep no label, so a student without the distillation term trains on
@@ -217,6 +220,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "baseline-agreement (those equal to the DP baseline's class for their "
                         "image; post-processing, default) or none (every one, as the paper; "
                         "implied by --distillation-weight 0)")
+    p.add_argument("--student-init", choices=["scratch", "baseline"],
+                   help="sound mode: where the student starts: scratch (a fresh student, as "
+                        "the paper) or baseline (a copy of the DP baseline, its architecture and "
+                        "weights; post-processing). Default: the preset's (baseline on the "
+                        "digits, scratch on MNIST and Fashion-MNIST)")
     p.add_argument("--latent-epsilon", type=positive_float,
                    help="the paper's optional latent-code perturbation eps1 (0.01 in its "
                         "experiments; off by default): protects one synthetic image, not a "

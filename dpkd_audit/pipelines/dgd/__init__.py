@@ -37,7 +37,12 @@ from dpkd_audit.pipelines.dgd.queries import (
     kept_labels,
     select_queries,
 )
-from dpkd_audit.pipelines.dgd.student import TnarConfig, TnarStudentResult, train_tnar_student
+from dpkd_audit.pipelines.dgd.student import (
+    StudentInit,
+    TnarConfig,
+    TnarStudentResult,
+    train_tnar_student,
+)
 from dpkd_audit.pipelines.dgd.sweep import check_configs, sweep, sweep_configs
 
 __all__ = [
@@ -56,6 +61,7 @@ __all__ = [
     "Preset",
     "QuerySelection",
     "RunPlan",
+    "StudentInit",
     "TnarConfig",
     "TnarStudentResult",
     "check_configs",

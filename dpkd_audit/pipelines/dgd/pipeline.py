@@ -103,7 +103,7 @@ from dpkd_audit.pipelines.common.source import fit_dp_source, fit_source
 from dpkd_audit.pipelines.common.vae import VaeResult, train_vae
 from dpkd_audit.pipelines.dgd.config import DgdConfig, DgdMode, GeneratorStatistics
 from dpkd_audit.pipelines.dgd.queries import kept_labels, select_queries
-from dpkd_audit.pipelines.dgd.student import train_tnar_student
+from dpkd_audit.pipelines.dgd.student import StudentInit, train_tnar_student
 from dpkd_audit.provenance import provenance
 
 __all__ = [
@@ -598,6 +598,7 @@ class DgdResult:
             "withheld": None if published else WITHHELD,
             "label_baseline_agreement": self.label_baseline_agreement,
             "label_filter": config.active_label_filter.value,
+            "student_init": config.active_student_init.value,
             "labels_used": self.labels_used,
             "teachers": config.ensemble.num_teachers,
             "shard_sizes": {"min": self.shard_sizes[0], "max": self.shard_sizes[1]},
@@ -749,7 +750,10 @@ def run(config: DgdConfig, *, ledger: Ledger, rng: np.random.Generator,
             test_images=_float_images(dataset.test_images).to(prepared.synthetic.device),
             test_labels=dataset.test_labels, seed=config.seed + 4,
             soft_images=prepared.synthetic[rest], soft_targets=prepared.probabilities[rest],
-            distillation_weight=config.active_distillation_weight, progress=progress)
+            distillation_weight=config.active_distillation_weight,
+            initial_model=prepared.baseline
+            if config.active_student_init is StudentInit.BASELINE else None,
+            progress=progress)
     published = dgd_published_epsilon(mechanism.epsilon, queries, config.delta) \
         + (config.latent_epsilon or 0.0)
     if config.mode is DgdMode.PUBLISHED:

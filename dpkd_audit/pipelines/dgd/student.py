@@ -34,6 +34,7 @@ Everything here is post-processing of the released labels and of synthetic data.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import math
@@ -63,8 +64,18 @@ from dpkd_audit.pipelines.common.tnar import (
 )
 from dpkd_audit.pipelines.common.vae import ConvVae
 
-__all__ = ["TnarConfig", "TnarStudentResult", "UnlabelledInput", "soft_cross_entropy",
-           "train_tnar_student"]
+__all__ = ["StudentInit", "TnarConfig", "TnarStudentResult", "UnlabelledInput",
+           "soft_cross_entropy", "train_tnar_student"]
+
+
+class StudentInit(enum.StrEnum):
+    """Where the student's weights start."""
+
+    #: A fresh student (:func:`~dpkd_audit.pipelines.common.student.build_student`; the paper).
+    SCRATCH = "scratch"
+    #: A copy of the baseline (its architecture and weights; sound mode, where the baseline is
+    #: DP-SGD's output, so that copying it is post-processing).
+    BASELINE = "baseline"
 
 
 class UnlabelledInput(enum.StrEnum):
@@ -185,6 +196,7 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
                        soft_images: torch.Tensor | None = None,
                        soft_targets: torch.Tensor | None = None,
                        distillation_weight: float = 0.0,
+                       initial_model: nn.Module | None = None,
                        evaluate_every: int = 100, progress: bool = True) -> TnarStudentResult:
     """Train DGD's student (see the module docstring).
 
@@ -207,6 +219,8 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
         soft_targets: Their target distributions ``(U', classes)`` (the DP baseline's softmax).
         distillation_weight: Weight (>= 0) of :func:`soft_cross_entropy` on a batch of
             ``soft_images`` per step (``unlabelled_batch_size`` of them); 0: no term.
+        initial_model: A classifier whose copy is trained instead of a fresh student
+            (:attr:`StudentInit.BASELINE`; ``config.width`` is then unused); it is not changed.
         evaluate_every: Test accuracy every this many steps (for the curve).
         progress: A tqdm bar over steps.
 
@@ -240,8 +254,11 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
                          f", codes {None if codes is None else tuple(codes.shape)}")
     device = labelled.device
     rng = torch.Generator().manual_seed(seed)
-    model = build_student(tuple(labelled.shape[2:]), num_classes, config.width,
-                          generator=rng).to(device)
+    if initial_model is None:
+        model = build_student(tuple(labelled.shape[2:]), num_classes, config.width,
+                              generator=rng).to(device)
+    else:
+        model = copy.deepcopy(initial_model).to(device)
     y = torch.from_numpy(np.asarray(labels, dtype=np.int64)).to(device)
     y_test = torch.from_numpy(np.array(test_labels, dtype=np.int64)).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
