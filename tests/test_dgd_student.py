@@ -123,6 +123,10 @@ def test_a_student_from_an_initial_model_trains_a_copy_of_it() -> None:
                                test_labels=expected.numpy(), seed=0, progress=False)
     assert fresh.model.state_dict()["features.0.weight"].shape[0] == 5  # config.width
     assert trained.model.state_dict()["1.weight"].shape == (3, 64)
+    with pytest.raises(ValueError, match=r"initial_model must be a torch\.nn\.Module"):
+        train_tnar_student(images, np.arange(12) % 3, codes=None, vae=vae, num_classes=3,
+                           config=config, test_images=images, test_labels=expected.numpy(),
+                           seed=0, initial_model=base.state_dict(), progress=False)
 
 
 def test_published_student_learns_every_class_and_its_terms_do_not_hurt() -> None:

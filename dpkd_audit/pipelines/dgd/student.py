@@ -227,7 +227,7 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
     Raises:
         ValueError: For a bad seed or weight, a distillation term without its images, or
             unlabelled terms on ``SYNTHETIC`` images without ``unlabelled`` (or with another
-            count than ``codes``).
+            count than ``codes``), or an ``initial_model`` that is not a module.
     """
     start = time.perf_counter()
     _validate.check_int("seed", seed, minimum=0)
@@ -238,6 +238,9 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
                    or soft_images.shape[0] < 1):
         raise ValueError("distillation_weight > 0 needs soft_images and soft_targets with the "
                          "same number (>= 1) of rows")
+    if initial_model is not None and not isinstance(initial_model, nn.Module):
+        raise ValueError("initial_model must be a torch.nn.Module (the classifier whose copy "
+                         f"is trained) or None; got {type(initial_model).__name__}")
     supervised = labelled.shape[0] > 0
     if not supervised and not distil:
         raise ValueError("labelled has no images: the student needs labelled images or a "
