@@ -565,10 +565,13 @@ def test_paper_settings():
     for name in ("digits", "fashion-mnist"):
         assert not DgdConfig.small(dataset=name).ensemble.augment
     assert not DgdConfig.paper().ensemble.augment
-    # the digits' sound student starts from the DP baseline; published students never do
-    assert DgdConfig.small(mode="sound", epsilon=1.0).student_init.value == "scratch"
-    digits_sound = DgdConfig.small(dataset="digits", mode="sound", epsilon=1.0)
-    assert digits_sound.active_student_init.value == "baseline"
+    # sound students start from the DP baseline on every dataset; published students never do
+    for name in ("digits", "mnist", "fashion-mnist"):
+        sound_config = DgdConfig.small(dataset=name, mode="sound", epsilon=1.0)
+        assert sound_config.active_student_init.value == "baseline"
+    assert DgdConfig.paper(mode="sound", epsilon=1.0).active_student_init.value == "baseline"
+    assert DgdConfig.small(mode="sound", epsilon=1.0,
+                           student_init="scratch").active_student_init.value == "scratch"
     assert DgdConfig.small(dataset="digits").active_student_init.value == "scratch"
     with pytest.raises(ValueError, match="student_init"):
         DgdConfig.small(student_init="teacher")

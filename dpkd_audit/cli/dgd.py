@@ -221,10 +221,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "image; post-processing, default) or none (every one, as the paper; "
                         "implied by --distillation-weight 0)")
     p.add_argument("--student-init", choices=["scratch", "baseline"],
-                   help="sound mode: where the student starts: scratch (a fresh student, as "
-                        "the paper) or baseline (a copy of the DP baseline, its architecture and "
-                        "weights; post-processing). Default: the preset's (baseline on the "
-                        "digits, scratch on MNIST and Fashion-MNIST)")
+                   help="sound mode: where the student starts: baseline (a copy of the DP "
+                        "baseline, its architecture and weights; post-processing; default) or "
+                        "scratch (a fresh student, as the paper)")
     p.add_argument("--latent-epsilon", type=positive_float,
                    help="the paper's optional latent-code perturbation eps1 (0.01 in its "
                         "experiments; off by default): protects one synthetic image, not a "
