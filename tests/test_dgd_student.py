@@ -26,7 +26,12 @@ from dpkd_audit.pipelines.dgd.pipeline import (
     load_data,
     prepare,
 )
-from dpkd_audit.pipelines.dgd.student import UnlabelledInput, train_tnar_student
+from dpkd_audit.pipelines.dgd.student import (
+    LabelledLoss,
+    UnlabelledInput,
+    generalized_cross_entropy,
+    train_tnar_student,
+)
 
 
 def test_unlabelled_terms_act_on_the_synthetic_images_by_default() -> None:
@@ -94,6 +99,51 @@ def test_class_balance_term_by_hand_and_in_the_student() -> None:
     assert set(trained.loss_terms) == {"cross_entropy", "tangent", "normal", "entropy",
                                        "balance"}
     assert -math.log(3) - 1e-6 <= trained.loss_terms["balance"] <= 0.0
+
+
+def test_generalized_cross_entropy_by_hand_its_limits_and_in_the_student() -> None:
+    """(1 - p_y^q) / q (Zhang and Sabuncu 2018, Eq. 6): by hand, -> cross-entropy as q -> 0,
+    the mean absolute error 1 - p_y at q = 1, finite at extreme logits, and its gradient the
+    cross-entropy's times p_y^q."""
+    logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.0, 0.0]], dtype=torch.float64)
+    labels = torch.tensor([0, 2])
+    p = torch.softmax(logits, dim=1)[torch.arange(2), labels]
+    for q in (0.3, 0.7):
+        by_hand = float(((1 - p ** q) / q).mean())
+        assert generalized_cross_entropy(logits, labels, q).item() == pytest.approx(
+            by_hand, rel=1e-12)
+    assert generalized_cross_entropy(logits, labels, 1.0).item() == pytest.approx(
+        float((1 - p).mean()), rel=1e-12)
+    cross_entropy = torch.nn.functional.cross_entropy(logits, labels).item()
+    assert generalized_cross_entropy(logits, labels, 1e-9).item() == pytest.approx(
+        cross_entropy, rel=1e-6)
+    extreme = torch.tensor([[1e4, -1e4, 0.0]], dtype=torch.float64, requires_grad=True)
+    value = generalized_cross_entropy(extreme, torch.tensor([1]), 0.7)
+    value.backward()
+    assert value.item() == pytest.approx(1 / 0.7) and torch.isfinite(extreme.grad).all()
+    weighted = logits.clone().requires_grad_(True)
+    generalized_cross_entropy(weighted[:1], labels[:1], 0.7).backward()
+    plain = logits.clone().requires_grad_(True)
+    torch.nn.functional.cross_entropy(plain[:1], labels[:1]).backward()
+    torch.testing.assert_close(weighted.grad[0], plain.grad[0] * p[0] ** 0.7)
+    for bad in (0.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match=r"gce_q must be a real number in \(0, 1\]"):
+            TnarConfig(gce_q=bad)
+    with pytest.raises(ValueError, match="labelled_loss"):
+        TnarConfig(labelled_loss="mae")
+    assert TnarConfig().labelled_loss is LabelledLoss.CROSS_ENTROPY  # the paper's
+    vae = ConvVae(image_shape=(8, 8), latent_dim=3, width=4,
+                  generator=torch.Generator().manual_seed(0))
+    images = torch.rand(6, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    config = TnarConfig(width=2, steps=2, batch_size=4, unlabelled_batch_size=4,
+                        labelled_loss="generalized-cross-entropy", gce_q=0.5)
+    trained = train_tnar_student(images, np.zeros(6, int), codes=torch.zeros(6, 3), vae=vae,
+                                 unlabelled=images, num_classes=3, config=config,
+                                 test_images=images, test_labels=np.zeros(6, int), seed=0,
+                                 progress=False)
+    assert set(trained.loss_terms) == {"generalized_cross_entropy", "tangent", "normal",
+                                       "entropy"}
+    assert 0.0 <= trained.loss_terms["generalized_cross_entropy"] <= 1 / 0.5
 
 
 def test_a_student_from_an_initial_model_trains_a_copy_of_it() -> None:

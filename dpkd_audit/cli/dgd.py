@@ -90,6 +90,9 @@ def _config(args: argparse.Namespace, *, mode: str, queries: int | None,
     if args.balance_weight is not None:
         config = replace(config, student=replace(config.student,
                                                  balance_weight=args.balance_weight))
+    if args.labelled_loss is not None:
+        config = replace(config, student=replace(config.student,
+                                                 labelled_loss=args.labelled_loss))
     if args.teachers is not None:
         config = replace(config, ensemble=replace(config.ensemble, num_teachers=args.teachers))
     if args.ensemble_steps is not None:
@@ -237,6 +240,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="published student: weight of the class-balance term on the unlabelled "
                         "images (entropy of their mean prediction, maximised; not in DGD; "
                         "default: the preset's, 0.1 in small, 0 in paper)")
+    p.add_argument("--labelled-loss", choices=["cross-entropy", "generalized-cross-entropy"],
+                   help="published student: loss on the queried images: cross-entropy (the "
+                        "paper's, default) or generalized-cross-entropy (Zhang and Sabuncu "
+                        "2018, q 0.7, meant for wrong labels; not in DGD; measured on MNIST at "
+                        "1,300 queries: 89.80%% against 91.21%%)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--quiet", action="store_true", help="no progress bars or stage messages")
