@@ -38,6 +38,7 @@ from dpkd_audit.pipelines.dgd.queries import (
     select_queries,
 )
 from dpkd_audit.pipelines.dgd.student import (
+    LabelledLoss,
     StudentInit,
     TnarConfig,
     TnarStudentResult,
@@ -57,6 +58,7 @@ __all__ = [
     "DgdResult",
     "EnsembleStage",
     "LabelFilter",
+    "LabelledLoss",
     "Prepared",
     "Preset",
     "QuerySelection",
