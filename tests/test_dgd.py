@@ -656,6 +656,12 @@ def test_cli_sound_run_without_statistics_or_distillation(tmp_path):
     (("--mode", "sound", "--epsilon", "5", "--generator-statistics", "exact"),
      "--generator-statistics applies to published runs only"),
     (("--queries", "12", "--generator-statistics", "noisy"), "invalid choice"),
+    (("--mode", "sound", "--epsilon", "5", "--labelled-loss", "generalized-cross-entropy"),
+     "--labelled-loss applies to the published student only"),
+    (("--mode", "sound", "--epsilon", "5", "--balance-weight", "0",
+      "--unlabelled-input", "reconstruction"),
+     "--balance-weight, --unlabelled-input apply to the published student only"),
+    (("--queries", "12", "--labelled-loss", "mae"), "invalid choice"),
 ])
 def test_cli_bad_input_fails_before_any_work(tmp_path, capsys, extra, message):
     from dpkd_audit.cli.main import main

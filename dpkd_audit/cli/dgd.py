@@ -62,6 +62,15 @@ def _config(args: argparse.Namespace, *, mode: str, queries: int | None,
     if args.student_init is not None and "sound" not in getattr(args, "modes", [mode]):
         raise ValueError("--student-init applies to sound runs only (a published student "
                          "starts from scratch, as the paper)")
+    published_only = {"--balance-weight": args.balance_weight,
+                      "--labelled-loss": args.labelled_loss,
+                      "--unlabelled-input": args.unlabelled_input}
+    given = [flag for flag, value in published_only.items() if value is not None]
+    if given and "published" not in getattr(args, "modes", [mode]):
+        verb = "applies" if len(given) == 1 else "apply"
+        raise ValueError(f"{', '.join(given)} {verb} to the published student only (a sound "
+                         "run trains its own student: no unlabelled terms, cross-entropy on the "
+                         "kept labels); drop it or add the published mode")
     if args.generator_statistics is not None and "published" not in getattr(args, "modes",
                                                                               [mode]):
         raise ValueError("--generator-statistics applies to published runs only (a sound "
