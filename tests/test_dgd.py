@@ -607,7 +607,8 @@ def test_cli_run_writes_a_record(tmp_path, capsys):
     assert record["config"]["student"]["balance_weight"] == 0.1
     without = tmp_path / "without"
     assert main(["run", "dgd", "--queries", "12", "--balance-weight", "0",
-                 "--labelled-loss", "generalized-cross-entropy", *_TINY_CLI,
+                 "--labelled-loss", "generalized-cross-entropy",
+                 "--unlabelled-terms", "random-feature", *_TINY_CLI,
                  "--out", str(without)]) == 0
     record = json.loads((without / "result.json").read_text())
     assert record["config"]["student"]["balance_weight"] == 0.0
@@ -615,6 +616,7 @@ def test_cli_run_writes_a_record(tmp_path, capsys):
     assert record["config"]["student"]["labelled_loss"] == "generalized-cross-entropy"
     assert "generalized_cross_entropy" in record["student_loss"]
     assert "cross_entropy" not in record["student_loss"]
+    assert record["config"]["student"]["unlabelled_terms"] == "random-feature"
 
 
 def test_cli_sound_run_without_statistics_or_distillation(tmp_path):

@@ -16,7 +16,12 @@ import pytest
 import torch
 from digits_helpers import single_thread
 
-from dpkd_audit.pipelines.common.tnar import class_balance_regularization
+from dpkd_audit.pipelines.common.student import build_student
+from dpkd_audit.pipelines.common.tnar import (
+    class_balance_regularization,
+    frozen_batch_statistics,
+    random_feature_regularization,
+)
 from dpkd_audit.pipelines.common.vae import ConvVae
 from dpkd_audit.pipelines.dgd import DgdConfig, TnarConfig, run
 from dpkd_audit.pipelines.dgd.pipeline import (
@@ -29,6 +34,7 @@ from dpkd_audit.pipelines.dgd.pipeline import (
 from dpkd_audit.pipelines.dgd.student import (
     LabelledLoss,
     UnlabelledInput,
+    UnlabelledTerms,
     generalized_cross_entropy,
     train_tnar_student,
 )
@@ -144,6 +150,49 @@ def test_generalized_cross_entropy_by_hand_its_limits_and_in_the_student() -> No
     assert set(trained.loss_terms) == {"generalized_cross_entropy", "tangent", "normal",
                                        "entropy"}
     assert 0.0 <= trained.loss_terms["generalized_cross_entropy"] <= 1 / 0.5
+
+
+def test_random_feature_terms_by_hand_and_in_the_student() -> None:
+    """DGD's Eq. 6 as printed: ||phi(x) - phi(x + eps n)||^2 with n a random unit direction in
+    the tangent space (or its complement): equal to the same computation by hand, n drawn from
+    the same generator state; 0 as eps -> 0; BatchNorm running statistics untouched."""
+    model = build_student((8, 8), 3, 2, generator=torch.Generator().manual_seed(0))
+    x = torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    basis, _ = torch.linalg.qr(torch.randn(4, 64, 3, generator=torch.Generator().manual_seed(2)))
+    for tangent in (True, False):
+        running = {k: v.clone() for k, v in model.state_dict().items() if "running" in k}
+        value = random_feature_regularization(model, x, basis, tangent=tangent, epsilon=0.7,
+                                              generator=torch.Generator().manual_seed(3))
+        assert all(torch.equal(model.state_dict()[k], v) for k, v in running.items())
+        start = torch.randn(x.shape, generator=torch.Generator().manual_seed(3)).reshape(4, 64, 1)
+        along = basis @ (basis.transpose(1, 2) @ start)
+        n = (along if tangent else start - along).reshape(4, -1)
+        n = (n / n.norm(dim=1, keepdim=True)).reshape(x.shape)
+        with torch.no_grad(), frozen_batch_statistics(model):  # batch statistics, as there
+            by_hand = ((model.backbone_features(x) - model.backbone_features(x + 0.7 * n)) ** 2
+                       ).sum(dim=1).mean()
+        assert value.item() == pytest.approx(by_hand.item(), rel=1e-5)
+        assert value.item() > 0 and value.requires_grad
+        tiny = random_feature_regularization(model, x, basis, tangent=tangent, epsilon=1e-9,
+                                             generator=torch.Generator().manual_seed(3))
+        assert tiny.item() < 1e-10
+    with pytest.raises(ValueError, match="backbone_features"):
+        random_feature_regularization(torch.nn.Flatten(), x, basis, tangent=True, epsilon=1.0,
+                                      generator=torch.Generator())
+    with pytest.raises(ValueError, match="unlabelled_terms"):
+        TnarConfig(unlabelled_terms="adversarial")
+    assert TnarConfig().unlabelled_terms is UnlabelledTerms.ADVERSARIAL_KL
+    vae = ConvVae(image_shape=(8, 8), latent_dim=3, width=4,
+                  generator=torch.Generator().manual_seed(0))
+    config = TnarConfig(width=2, steps=2, batch_size=4, unlabelled_batch_size=4,
+                        unlabelled_terms="random-feature")
+    images = torch.rand(6, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    trained = train_tnar_student(images, np.zeros(6, int), codes=torch.zeros(6, 3), vae=vae,
+                                 unlabelled=images, num_classes=3, config=config,
+                                 test_images=images, test_labels=np.zeros(6, int), seed=0,
+                                 progress=False)
+    assert set(trained.loss_terms) == {"cross_entropy", "tangent", "normal", "entropy"}
+    assert trained.loss_terms["tangent"] > 0 and trained.loss_terms["normal"] > 0
 
 
 def test_a_student_from_an_initial_model_trains_a_copy_of_it() -> None:

@@ -64,6 +64,7 @@ def _config(args: argparse.Namespace, *, mode: str, queries: int | None,
                          "starts from scratch, as the paper)")
     published_only = {"--balance-weight": args.balance_weight,
                       "--labelled-loss": args.labelled_loss,
+                      "--unlabelled-terms": args.unlabelled_terms,
                       "--unlabelled-input": args.unlabelled_input}
     given = [flag for flag, value in published_only.items() if value is not None]
     if given and "published" not in getattr(args, "modes", [mode]):
@@ -102,6 +103,9 @@ def _config(args: argparse.Namespace, *, mode: str, queries: int | None,
     if args.labelled_loss is not None:
         config = replace(config, student=replace(config.student,
                                                  labelled_loss=args.labelled_loss))
+    if args.unlabelled_terms is not None:
+        config = replace(config, student=replace(config.student,
+                                                 unlabelled_terms=args.unlabelled_terms))
     if args.teachers is not None:
         config = replace(config, ensemble=replace(config.ensemble, num_teachers=args.teachers))
     if args.ensemble_steps is not None:
@@ -254,6 +258,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "paper's, default) or generalized-cross-entropy (Zhang and Sabuncu "
                         "2018, q 0.7, meant for wrong labels; not in DGD; measured on MNIST at "
                         "1,300 queries: 89.80%% against 91.21%%)")
+    p.add_argument("--unlabelled-terms", choices=["adversarial-kl", "random-feature"],
+                   help="published student: form of the tangent and normal terms: "
+                        "adversarial-kl (TNAR's virtual-adversarial KL, default) or "
+                        "random-feature (DGD's Eq. 6 as printed: random noise along the "
+                        "tangent / normal directions, squared distance of backbone features)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--quiet", action="store_true", help="no progress bars or stage messages")

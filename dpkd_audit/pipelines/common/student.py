@@ -213,8 +213,12 @@ class _StudentNet(nn.Module):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Linear(in_channels, num_classes)
 
+    def backbone_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The pooled features ``(n, 4 * width)`` the classifier reads (DGD's phi(W-; x))."""
+        return torch.flatten(self.pool(self.features(x)), 1)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
+        return self.classifier(self.backbone_features(x))
 
 
 def init_weights(model: nn.Module, generator: torch.Generator) -> None:

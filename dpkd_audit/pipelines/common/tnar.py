@@ -45,6 +45,7 @@ __all__ = [
     "frozen_batch_statistics",
     "normal_regularization",
     "perturbation_divergence",
+    "random_feature_regularization",
     "tangent_basis",
     "tangent_regularization",
 ]
@@ -159,6 +160,35 @@ def normal_regularization(model: nn.Module, x: torch.Tensor, clean_logits: torch
         direction = adversarial_direction(model, x, clean_logits, basis, tangent=False, xi=xi,
                                           generator=generator)
         return perturbation_divergence(model, x, clean_logits, epsilon * direction)
+
+
+def random_feature_regularization(model: nn.Module, x: torch.Tensor, basis: torch.Tensor, *,
+                                  tangent: bool, epsilon: float,
+                                  generator: torch.Generator) -> torch.Tensor:
+    """DGD's Eq. 6 as printed: mean over the batch of ||phi(x) - phi(x + epsilon n)||^2.
+
+    phi is the student's backbone (``model.backbone_features``, the paper's phi(W_s^-; .)) and
+    n a *random* unit direction restricted to col(J) (``tangent``) or to its orthogonal
+    complement (DGD Sec. III-D: "random perturbation noise along tangent direction or normal
+    direction"), where TNAR (:func:`tangent_regularization`, :func:`normal_regularization`)
+    takes the virtual-adversarial direction and the KL of the predictions. Both passes are
+    differentiated; BatchNorm running statistics are left alone.
+
+    Raises:
+        ValueError: If ``model`` has no ``backbone_features`` method.
+    """
+    backbone = getattr(model, "backbone_features", None)
+    if not callable(backbone):
+        raise ValueError("random_feature_regularization needs a model with a "
+                         "backbone_features(x) method (the student of build_student); got "
+                         f"{type(model).__name__}")
+    start = torch.randn(x.shape, generator=generator).to(device=x.device, dtype=x.dtype)
+    tangent_part = _project(basis, start)
+    direction = _unit(tangent_part if tangent else start - tangent_part)
+    with frozen_batch_statistics(model):
+        clean = backbone(x)
+        perturbed = backbone(x + epsilon * direction)
+    return ((clean - perturbed) ** 2).sum(dim=1).mean()
 
 
 def entropy_regularization(logits: torch.Tensor) -> torch.Tensor:

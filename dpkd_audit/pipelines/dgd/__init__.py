@@ -42,6 +42,7 @@ from dpkd_audit.pipelines.dgd.student import (
     StudentInit,
     TnarConfig,
     TnarStudentResult,
+    UnlabelledTerms,
     train_tnar_student,
 )
 from dpkd_audit.pipelines.dgd.sweep import check_configs, sweep, sweep_configs
@@ -66,6 +67,7 @@ __all__ = [
     "StudentInit",
     "TnarConfig",
     "TnarStudentResult",
+    "UnlabelledTerms",
     "check_configs",
     "check_run",
     "check_shards",

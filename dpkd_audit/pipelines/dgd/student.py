@@ -59,13 +59,15 @@ from dpkd_audit.pipelines.common.tnar import (
     entropy_regularization,
     frozen_batch_statistics,
     normal_regularization,
+    random_feature_regularization,
     tangent_basis,
     tangent_regularization,
 )
 from dpkd_audit.pipelines.common.vae import ConvVae
 
 __all__ = ["LabelledLoss", "StudentInit", "TnarConfig", "TnarStudentResult", "UnlabelledInput",
-           "generalized_cross_entropy", "soft_cross_entropy", "train_tnar_student"]
+           "UnlabelledTerms", "generalized_cross_entropy", "soft_cross_entropy",
+           "train_tnar_student"]
 
 
 class StudentInit(enum.StrEnum):
@@ -85,6 +87,17 @@ class UnlabelledInput(enum.StrEnum):
     SYNTHETIC = "synthetic"
     #: Its VAE reconstruction decoder(mu) (DGD's Eq. 4 read literally; collapses, measured).
     RECONSTRUCTION = "reconstruction"
+
+
+class UnlabelledTerms(enum.StrEnum):
+    """The form of the tangent and normal terms."""
+
+    #: TNAR's (Yu et al. 2019, Eq. 9 and 12; DGD cites it): the virtual-adversarial direction
+    #: in the tangent space or its complement, KL of the predictions.
+    ADVERSARIAL_KL = "adversarial-kl"
+    #: DGD's Eq. 6 as printed: a random direction there, squared distance of the backbone
+    #: features (:func:`~dpkd_audit.pipelines.common.tnar.random_feature_regularization`).
+    RANDOM_FEATURE = "random-feature"
 
 
 class LabelledLoss(enum.StrEnum):
@@ -143,6 +156,8 @@ class TnarConfig:
             rise from about 0 to their values along exp(-5 (1 - t)^2) (the sigmoid ramp-up of
             Laine and Aila, ICLR 2017, Sec. 3.1, used by Mean Teacher); 0: full weights from
             the first step (DGD and TNAR state no ramp-up).
+        unlabelled_terms: :class:`UnlabelledTerms`, the form of the tangent and normal terms
+            (default TNAR's ``ADVERSARIAL_KL``; ``RANDOM_FEATURE``: DGD's Eq. 6 as printed).
         labelled_loss: :class:`LabelledLoss` on the labelled images (the paper:
             ``CROSS_ENTROPY``).
         gce_q: The exponent q, in (0, 1], of ``GENERALIZED_CROSS_ENTROPY`` (Zhang and Sabuncu
@@ -173,6 +188,7 @@ class TnarConfig:
     balance_weight: float = 0.0
     labelled_loss: LabelledLoss = LabelledLoss.CROSS_ENTROPY
     gce_q: float = 0.7
+    unlabelled_terms: UnlabelledTerms = UnlabelledTerms.ADVERSARIAL_KL
 
     def __post_init__(self) -> None:
         _validate.check_int("width", self.width, minimum=1)
@@ -191,6 +207,9 @@ class TnarConfig:
                            parse_enum(UnlabelledInput, "unlabelled_input", self.unlabelled_input))
         object.__setattr__(self, "labelled_loss",
                            parse_enum(LabelledLoss, "labelled_loss", self.labelled_loss))
+        object.__setattr__(self, "unlabelled_terms",
+                           parse_enum(UnlabelledTerms, "unlabelled_terms",
+                                      self.unlabelled_terms))
         _validate.check_probability("gce_q", self.gce_q, open_low=True)
 
     def unlabelled_scale(self, step: int) -> float:
@@ -350,16 +369,20 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
                 logits_u = model(x_u)
             if config.tangent_weight > 0 or config.normal_weight > 0:
                 basis = tangent_basis(vae.decode, z)
-                if config.tangent_weight > 0:
-                    terms["tangent"] = tangent_regularization(
-                        model, x_u, logits_u, basis, epsilon=config.tangent_epsilon,
-                        xi=config.xi, generator=rng)
-                    loss = loss + ramp * config.tangent_weight * terms["tangent"]
-                if config.normal_weight > 0:
-                    terms["normal"] = normal_regularization(
-                        model, x_u, logits_u, basis, epsilon=config.normal_epsilon,
-                        xi=config.xi, generator=rng)
-                    loss = loss + ramp * config.normal_weight * terms["normal"]
+                adversarial = config.unlabelled_terms is UnlabelledTerms.ADVERSARIAL_KL
+                for name, weight, eps, along in (
+                        ("tangent", config.tangent_weight, config.tangent_epsilon, True),
+                        ("normal", config.normal_weight, config.normal_epsilon, False)):
+                    if weight <= 0:
+                        continue
+                    if adversarial:
+                        term = tangent_regularization if along else normal_regularization
+                        terms[name] = term(model, x_u, logits_u, basis, epsilon=eps,
+                                           xi=config.xi, generator=rng)
+                    else:
+                        terms[name] = random_feature_regularization(
+                            model, x_u, basis, tangent=along, epsilon=eps, generator=rng)
+                    loss = loss + ramp * weight * terms[name]
             if config.entropy_weight > 0:
                 terms["entropy"] = entropy_regularization(logits_u)
                 loss = loss + ramp * config.entropy_weight * terms["entropy"]
