@@ -664,6 +664,8 @@ def test_cli_sound_run_without_statistics_or_distillation(tmp_path):
       "--unlabelled-input", "reconstruction"),
      "--balance-weight, --unlabelled-input apply to the published student only"),
     (("--queries", "12", "--labelled-loss", "mae"), "invalid choice"),
+    (("--mode", "sound", "--epsilon", "5", "--unlabelled-terms", "random-feature"),
+     "--unlabelled-terms applies to the published student only"),
 ])
 def test_cli_bad_input_fails_before_any_work(tmp_path, capsys, extra, message):
     from dpkd_audit.cli.main import main
