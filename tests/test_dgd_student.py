@@ -193,6 +193,13 @@ def test_random_feature_terms_by_hand_and_in_the_student() -> None:
                                  progress=False)
     assert set(trained.loss_terms) == {"cross_entropy", "tangent", "normal", "entropy"}
     assert trained.loss_terms["tangent"] > 0 and trained.loss_terms["normal"] > 0
+    with pytest.raises(ValueError, match="backbone_features"):  # before any training
+        train_tnar_student(images, np.zeros(6, int), codes=torch.zeros(6, 3), vae=vae,
+                           unlabelled=images, num_classes=3, config=config,
+                           test_images=images, test_labels=np.zeros(6, int), seed=0,
+                           initial_model=torch.nn.Sequential(torch.nn.Flatten(),
+                                                             torch.nn.Linear(64, 3)),
+                           progress=False)
 
 
 def test_a_student_from_an_initial_model_trains_a_copy_of_it() -> None:

@@ -94,6 +94,19 @@ def _unit(r: torch.Tensor) -> torch.Tensor:
     return r / norms.view(-1, *([1] * (r.ndim - 1)))
 
 
+def _restrict(basis: torch.Tensor, r: torch.Tensor, *, tangent: bool) -> torch.Tensor:
+    """The part of ``r`` in col(J) (``tangent``) or in its orthogonal complement."""
+    tangent_part = _project(basis, r)
+    return tangent_part if tangent else r - tangent_part
+
+
+def _random_direction(x: torch.Tensor, basis: torch.Tensor, *, tangent: bool,
+                      generator: torch.Generator) -> torch.Tensor:
+    """A random unit direction (Gaussian, restricted as :func:`_restrict`) per image of ``x``."""
+    start = torch.randn(x.shape, generator=generator).to(device=x.device, dtype=x.dtype)
+    return _unit(_restrict(basis, start, tangent=tangent))
+
+
 @contextlib.contextmanager
 def frozen_batch_statistics(model: nn.Module) -> Iterator[None]:
     """BatchNorm running statistics left unchanged inside (momentum 0), restored after."""
@@ -128,17 +141,12 @@ def adversarial_direction(model: nn.Module, x: torch.Tensor, clean_logits: torch
     Power iteration of VAT (Miyato et al. 2018, Eq. 12-13) with every iterate projected onto the
     subspace (Yu et al. 2019, Eq. 7-12). Returns ``(b, 1, h, w)`` unit vectors (no gradient).
     """
-    def restrict(r: torch.Tensor) -> torch.Tensor:
-        tangent_part = _project(basis, r)
-        return tangent_part if tangent else r - tangent_part
-
-    start = torch.randn(x.shape, generator=generator).to(device=x.device, dtype=x.dtype)
-    d = _unit(restrict(start))
+    d = _random_direction(x, basis, tangent=tangent, generator=generator)
     for _ in range(power_iterations):
         d = d.detach().requires_grad_(True)
         divergence = perturbation_divergence(model, x, clean_logits, xi * d)
         (gradient,) = torch.autograd.grad(divergence, d)
-        d = _unit(restrict(gradient.detach()))
+        d = _unit(_restrict(basis, gradient.detach(), tangent=tangent))
     return d.detach()
 
 
@@ -182,9 +190,7 @@ def random_feature_regularization(model: nn.Module, x: torch.Tensor, basis: torc
         raise ValueError("random_feature_regularization needs a model with a "
                          "backbone_features(x) method (the student of build_student); got "
                          f"{type(model).__name__}")
-    start = torch.randn(x.shape, generator=generator).to(device=x.device, dtype=x.dtype)
-    tangent_part = _project(basis, start)
-    direction = _unit(tangent_part if tangent else start - tangent_part)
+    direction = _random_direction(x, basis, tangent=tangent, generator=generator)
     with frozen_batch_statistics(model):
         clean = backbone(x)
         perturbed = backbone(x + epsilon * direction)

@@ -280,7 +280,8 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
     Raises:
         ValueError: For a bad seed or weight, a distillation term without its images, or
             unlabelled terms on ``SYNTHETIC`` images without ``unlabelled`` (or with another
-            count than ``codes``), or an ``initial_model`` that is not a module.
+            count than ``codes``), or an ``initial_model`` that is not a module (or has no
+            ``backbone_features`` when the random-feature terms are on).
     """
     start = time.perf_counter()
     _validate.check_int("seed", seed, minimum=0)
@@ -294,6 +295,13 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
     if initial_model is not None and not isinstance(initial_model, nn.Module):
         raise ValueError("initial_model must be a torch.nn.Module (the classifier whose copy "
                          f"is trained) or None; got {type(initial_model).__name__}")
+    if (initial_model is not None
+            and config.unlabelled_terms is UnlabelledTerms.RANDOM_FEATURE
+            and (config.tangent_weight > 0 or config.normal_weight > 0)
+            and not callable(getattr(initial_model, "backbone_features", None))):
+        raise ValueError("unlabelled_terms='random-feature' needs a student with a "
+                         "backbone_features(x) method (a build_student model); initial_model "
+                         f"{type(initial_model).__name__} has none")
     supervised = labelled.shape[0] > 0
     if not supervised and not distil:
         raise ValueError("labelled has no images: the student needs labelled images or a "
@@ -346,12 +354,12 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
         loss = torch.zeros((), device=device)
         if supervised:
             if config.labelled_loss is LabelledLoss.CROSS_ENTROPY:
-                terms["cross_entropy"] = F.cross_entropy(outputs[0], y[index])
-                loss = loss + terms["cross_entropy"]
+                name, value = "cross_entropy", F.cross_entropy(outputs[0], y[index])
             else:
-                terms["generalized_cross_entropy"] = generalized_cross_entropy(
+                name, value = "generalized_cross_entropy", generalized_cross_entropy(
                     outputs[0], y[index], config.gce_q)
-                loss = loss + terms["generalized_cross_entropy"]
+            terms[name] = value
+            loss = loss + value
         if distil:
             terms["distillation"] = soft_cross_entropy(outputs[-1], soft_targets[soft_pick])
             loss = loss + distillation_weight * terms["distillation"]
