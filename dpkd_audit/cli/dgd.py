@@ -199,7 +199,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Laplace scale of each vote count (default 40: eps0 = 0.05)")
     p.add_argument("--query-share", type=fraction,
                    help="sound mode without --queries: share of --epsilon the queries may take "
-                        "(default 0.5)")
+                        "(default: 0.1 in the small preset on mnist and fashion-mnist, else "
+                        "0.5)")
     p.add_argument("--selection", choices=["first", "confident"],
                    help="which synthetic images are queried: first (random, the paper) or "
                         "confident (the baseline's most confident per class; small preset "
@@ -262,7 +263,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="published student: form of the tangent and normal terms: "
                         "adversarial-kl (TNAR's virtual-adversarial KL, default) or "
                         "random-feature (DGD's Eq. 6 as printed: random noise along the "
-                        "tangent / normal directions, squared distance of backbone features)")
+                        "tangent / normal directions, squared distance of backbone features; "
+                        "on the digits it collapses the backbone at the preset's norms)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--quiet", action="store_true", help="no progress bars or stage messages")
