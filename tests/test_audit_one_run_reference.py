@@ -23,7 +23,8 @@ from dpkd_audit.audit.training import _one_run_epsilon, one_run_p_value
 reference = pytest.importorskip("jax_privacy.auditing")
 
 #: (canaries m, guesses k, correct c, delta): the issue's figures (1,000 canaries, 100 guesses,
-#: 99 / 70 right), the committed 100,000-canary audits (991 / 977 of 1,000), small and pure ones.
+#: 99 / 70 right), the 100,000-canary audits (991 of 1,000; DGD 977 at an earlier claim), small
+#: and pure ones.
 COUNTS = [
     (1000, 100, 99, 1e-5),
     (1000, 100, 70, 1e-5),

@@ -486,7 +486,8 @@ SMALL_SOUND_QUERY_SHARE = 0.1
 #: ``normal_epsilon``): TNAR's 2 / 1 are L2 norms for 28 x 28 images; on 8 x 8 images they are
 #: scaled by sqrt(64 / 784) (the same per-pixel size). Measured (digits, published, 400
 #: queries, seeds 0-2, 1 CPU thread; ``reports/benchmarks/published-caps-cpu``): 60.30 / 62.65
-#: / 60.30% at 2 / 1, 65.49 / 64.66 / 61.98% at these.
+#: / 60.30% at 2 / 1, 65.33 / 64.15 / 63.48% at these (``dpkd run dgd --dataset digits --mode
+#: published --queries 400 --seed S`` at commit 390add9).
 SMALL_DIGITS_PERTURBATIONS = {"tangent_epsilon": round(2.0 * (64 / 784) ** 0.5, 3),
                               "normal_epsilon": round(1.0 * (64 / 784) ** 0.5, 3)}
 
