@@ -606,6 +606,29 @@ def test_paper_settings():
         DgdConfig.small(student_init="teacher")
 
 
+def test_small_preset_query_share_and_digits_perturbations():
+    """Sound MNIST / Fashion-MNIST give the queries 0.1 of the budget; digits and paper 0.5."""
+    for name in ("mnist", "fashion-mnist"):
+        config = DgdConfig.small(dataset=name, mode="sound", epsilon=1.0)
+        assert config.query_share == 0.1
+        plan = check_run(config, ledger_for(config), num_private=60000, num_classes=10,
+                         image_shape=(28, 28))
+        wide = dataclasses.replace(config, query_share=0.5)
+        wide_plan = check_run(wide, ledger_for(wide), num_private=60000, num_classes=10,
+                              image_shape=(28, 28))
+        # fewer queries, less DP-SGD noise for the same record-level target
+        assert 1 <= plan.queries < wide_plan.queries
+        assert plan.dp_sgd.noise_multiplier < wide_plan.dp_sgd.noise_multiplier
+        assert DgdConfig.small(dataset=name, mode="sound", epsilon=1.0,
+                               query_share=0.3).query_share == 0.3
+        student = DgdConfig.small(dataset=name).student
+        assert (student.tangent_epsilon, student.normal_epsilon) == (2.0, 1.0)
+    assert DgdConfig.small(dataset="digits", mode="sound", epsilon=1.0).query_share == 0.5
+    assert DgdConfig.paper(mode="sound", epsilon=1.0).query_share == 0.5
+    digits = DgdConfig.small(dataset="digits").student
+    assert (digits.tangent_epsilon, digits.normal_epsilon) == (0.571, 0.286)
+
+
 # --------------------------------------------------------------------------- CLI
 
 _TINY_CLI = ("--teachers", "10", "--ensemble-steps", "5", "--generator-steps", "3",

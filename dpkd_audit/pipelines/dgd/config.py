@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import types
 from typing import Any
 
 from dpkd_audit import _validate
@@ -488,8 +489,9 @@ SMALL_SOUND_QUERY_SHARE = 0.1
 #: queries, seeds 0-2, 1 CPU thread; ``reports/benchmarks/published-caps-cpu``): 60.30 / 62.65
 #: / 60.30% at 2 / 1, 65.33 / 64.15 / 63.48% at these (``dpkd run dgd --dataset digits --mode
 #: published --queries 400 --seed S`` at commit 390add9).
-SMALL_DIGITS_PERTURBATIONS = {"tangent_epsilon": round(2.0 * (64 / 784) ** 0.5, 3),
-                              "normal_epsilon": round(1.0 * (64 / 784) ** 0.5, 3)}
+SMALL_DIGITS_PERTURBATIONS = types.MappingProxyType({
+    "tangent_epsilon": round(2.0 * (64 / 784) ** 0.5, 3),
+    "normal_epsilon": round(1.0 * (64 / 784) ** 0.5, 3)})
 
 #: The small preset's published generator statistics (a departure: :class:`GeneratorStatistics`).
 SMALL_GENERATOR_STATISTICS = GeneratorStatistics.EXACT
