@@ -92,20 +92,14 @@ def _config(args: argparse.Namespace, *, mode: str, queries: int | None,
     # --unlabelled-input reconstruction unless it is given (and then checked by the config).
     unlabelled_input = args.unlabelled_input or (
         "reconstruction" if args.latent_epsilon is not None else None)
-    if unlabelled_input is not None:
-        config = replace(config, student=replace(config.student,
-                                                 unlabelled_input=unlabelled_input))
+    student = {name: value for name, value in (
+        ("unlabelled_input", unlabelled_input), ("balance_weight", args.balance_weight),
+        ("labelled_loss", args.labelled_loss), ("unlabelled_terms", args.unlabelled_terms))
+        if value is not None}
+    if student:
+        config = replace(config, student=replace(config.student, **student))
     if args.latent_epsilon is not None:
         config = replace(config, latent_epsilon=args.latent_epsilon)
-    if args.balance_weight is not None:
-        config = replace(config, student=replace(config.student,
-                                                 balance_weight=args.balance_weight))
-    if args.labelled_loss is not None:
-        config = replace(config, student=replace(config.student,
-                                                 labelled_loss=args.labelled_loss))
-    if args.unlabelled_terms is not None:
-        config = replace(config, student=replace(config.student,
-                                                 unlabelled_terms=args.unlabelled_terms))
     if args.teachers is not None:
         config = replace(config, ensemble=replace(config.ensemble, num_teachers=args.teachers))
     if args.ensemble_steps is not None:
