@@ -245,5 +245,5 @@ SMALL_FASHION_TEACHER_EPOCHS = 6
 #: harder datasets, and the per-label accounting puts no price on them. Measured (CPU, seed 0,
 #: one thread each, ``reports/dpdfd/fashion-mnist-published``): 100 stages of 2,000 labels
 #: 84.73% / 68.02% at per-label eps 10 / 1, 300 stages 87.97% / 71.87% (the eps-1 curve flat at
-#: 71.7-72.0% over its last 200,000 labels); about 45 minutes per run on one thread.
+#: 71.6-72.3% over its last 200,000 labels); about 45 minutes per run on one thread.
 SMALL_FASHION_PUBLISHED_STAGES = 300
