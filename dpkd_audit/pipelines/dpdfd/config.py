@@ -188,11 +188,13 @@ class DpdfdConfig:
         published = parse_enum(DpdfdMode, "mode", overrides.get("mode", cls.mode)) \
             is DpdfdMode.PUBLISHED
         epochs = SMALL_FASHION_TEACHER_EPOCHS if fashion else 2
+        stages = 20 if digits else 100
+        if fashion and published:
+            stages = SMALL_FASHION_PUBLISHED_STAGES
         training = StudentConfig(epochs=epochs, batch_size=128, learning_rate=0.1,
                                  label_smoothing=0.0, augment=False)
         values: dict[str, Any] = {
-            "stages": 20 if digits else SMALL_FASHION_PUBLISHED_STAGES if fashion and published
-            else 100,
+            "stages": stages,
             "stage_size": 200 if digits else 2000,
             "teacher": TeacherConfig(architecture=TeacherArchitecture.VGG, width=16,
                                      training=dataclasses.replace(
@@ -244,8 +246,9 @@ SMALL_FASHION_TEACHER_EPOCHS = 6
 
 #: The small preset's stages for published runs on Fashion-MNIST (100 elsewhere; sound runs keep
 #: 100): the paper's Fig. 3 has accuracy rising with the stages from 20 to 320, more on the
-#: harder datasets, and the per-label accounting puts no price on them. Measured (CPU, seed 0,
-#: one thread each, ``reports/dpdfd/fashion-mnist-published``): 100 stages of 2,000 labels
-#: 84.73% / 68.02% at per-label eps 10 / 1, 300 stages 87.97% / 71.87% (the eps-1 curve flat at
+#: harder datasets, and the per-label accounting puts no price on them. Measured (CPU, seed 0):
+#: 100 stages of 2,000 labels 84.73% / 68.02% at per-label eps 10 / 1 (the record of commit
+#: d40ede3, 2 threads), 300 stages 87.97% / 71.87% (``reports/dpdfd/fashion-mnist-published``,
+#: one thread each; the eps-1 curve flat at
 #: 71.6-72.3% over its last 200,000 labels); about 45 minutes per run on one thread.
 SMALL_FASHION_PUBLISHED_STAGES = 300
