@@ -228,12 +228,12 @@ def test_small_preset_trains_the_fashion_teacher_longer_only_there() -> None:
         .teacher.training.epochs == 2  # an override wins
 
 
-def test_small_preset_gives_fashion_published_runs_more_stages_only() -> None:
-    """300 stages for published Fashion-MNIST; 100 for MNIST and sound runs, 20 on the digits."""
+def test_small_preset_gives_published_28x28_runs_more_stages_only() -> None:
+    """300 stages for published MNIST / Fashion-MNIST; 100 for sound runs, 20 on the digits."""
     stages = {(d, m): DpdfdConfig.small(dataset=d, mode=m).stages
               for d in ("digits", "mnist", "fashion-mnist") for m in ("published", "sound")}
     assert stages == {("digits", "published"): 20, ("digits", "sound"): 20,
-                      ("mnist", "published"): 100, ("mnist", "sound"): 100,
+                      ("mnist", "published"): 300, ("mnist", "sound"): 100,
                       ("fashion-mnist", "published"): 300, ("fashion-mnist", "sound"): 100}
     assert DpdfdConfig.small(dataset="fashion-mnist").stages == 300  # published by default
     assert DpdfdConfig.small(dataset="fashion-mnist", stages=7).stages == 7  # an override wins
