@@ -164,7 +164,7 @@ class DpdfdConfig:
 
     @classmethod
     def small(cls, **overrides: Any) -> DpdfdConfig:
-        """CPU preset, MNIST-sized: 2-epoch VGG teacher, narrow generator, 100 x 2,000 labels.
+        """CPU preset: 2-epoch VGG teacher, narrow generator, 300 (sound: 100) x 2,000 labels.
 
         The published teacher is the VGG-like BatchNorm net (width 16, 2 epochs; 6 on
         Fashion-MNIST, :data:`SMALL_FASHION_TEACHER_EPOCHS`), the sound one
@@ -177,7 +177,7 @@ class DpdfdConfig:
         the student needs many: 40,000 labels give 58.01% test accuracy (its candidate sets
         stay large), 200,000 give 94.97%, 600,000 98.06%. Published runs on MNIST and
         Fashion-MNIST take :data:`SMALL_PUBLISHED_STAGES` (300) stages (Fashion-MNIST: 87.97%
-        against 84.73% at per-label eps 10), 30 to 45 minutes per run on 2 cores; sound runs
+        against 84.73% at per-label eps 10), 30 to 47 minutes per run on 2 cores; sound runs
         keep 100.
 
         On the 8x8 digits everything is smaller (20 stages of 200 labels, 200 generator steps)
@@ -252,5 +252,5 @@ SMALL_FASHION_TEACHER_EPOCHS = 6
 #: record of commit d40ede3, 2 threads), 300 stages 87.97% / 71.87%
 #: (``reports/dpdfd/fashion-mnist-published``, one thread each; the eps-1 curve flat at
 #: 71.6-72.3% over its last 200,000 labels); MNIST at eps 1, 100 stages 94.97%, 300 stages
-#: 98.06% (``reports/dpdfd/mnist-published``). 30 to 45 minutes per run on 2 cores.
+#: 98.06% (``reports/dpdfd/mnist-published``). 30 to 47 minutes per run on 2 cores.
 SMALL_PUBLISHED_STAGES = 300
