@@ -190,10 +190,23 @@ def test_gpu_command_lines(tmp_path: Path) -> None:
                                            f"{tmp_path}/gpu-179/dgd-mnist-paper --quiet "
                                            "--ensemble-steps 300")
     assert "--ensemble-steps 300" in slow["dgd"]["note"]
+    # issue 30's Fashion-MNIST points: the same sweeps on the other dataset, folders named for it
+    fashion = _gpu_commands(tmp_path, 16.0, "--stages", "dgd,dpdfd", "--dataset", "fashion-mnist")
+    assert fashion["dgd"]["command"] == (
+        f"echo dpkd sweep dgd --dataset fashion-mnist --data-dir {data} --preset paper "
+        "--modes published --queries 1300,27 --device cuda "
+        f"--out {tmp_path}/gpu-16/dgd-fashion-mnist-paper --quiet")
+    assert fashion["dpdfd"]["command"] == (
+        f"echo dpkd sweep dpdfd --dataset fashion-mnist --data-dir {data} --preset paper "
+        "--epsilons 1,10 --teacher-epochs 3 --device cuda "
+        f"--out {tmp_path}/gpu-16/dpdfd-fashion-mnist-paper --quiet")
+    env = json.loads((tmp_path / "gpu-16" / "env.json").read_text())
+    assert env["dataset"] == "fashion-mnist" and env["stages"] == ["dgd", "dpdfd"]
 
 
 def test_bad_options_are_refused(tmp_path: Path) -> None:
-    for args in (["--budget-scale", "fast"], ["--stages", "dgd,nope"], ["--bogus"]):
+    for args in (["--budget-scale", "fast"], ["--stages", "dgd,nope"], ["--bogus"],
+                 ["--dataset", "cifar10"]):
         result = _run(tmp_path / "bad", *args, cwd=tmp_path)
         assert result.returncode == 2, args
         assert "paper.sh:" in result.stderr
