@@ -11,8 +11,9 @@
 # .gpudata/fashion-mnist  the four Fashion-MNIST idx .gz files, when FASHION_DIR holds them
 #                 (the Debian package dataset-fashion-mnist; paper.sh --dataset fashion-mnist)
 # Both are added to .git/info/exclude (ignored paths travel only when `carry` names them).
-# Then call the device tool's run with carry [".whl", ".gpudata"] and the command in
-# benchmarks/README.md ("gpu/paper.sh").
+# Then call the device tool's run with carry [".whl", ".gpudata/mnist"] (or
+# ".gpudata/fashion-mnist": one dataset per call, both are over the device's 64 MiB with the
+# tree and wheels) and the command in benchmarks/README.md ("gpu/paper.sh").
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 MNIST=${1:-$ROOT/../shared/data/mnist}
