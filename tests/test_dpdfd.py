@@ -81,6 +81,16 @@ def test_published_records_the_non_private_step_and_every_label(published) -> No
     assert record["epsilon_labels_composed"] == pytest.approx(96 * 2.0)
     assert record["delta"] == 0.0 and record["dp_sgd"] is None
     assert len(record["charges"]) == 1 + config.stages
+    classes = record["classes"]
+    assert sum(classes["released"]) == sum(classes["teacher_labels"]) == 96
+    # the label accuracy is at most what the per-class counts allow
+    assert result.label_accuracy * 96 <= sum(min(t, r) for t, r in
+                                             zip(classes["teacher_labels"], classes["released"],
+                                                 strict=True))
+    assert all(0 <= s <= config.stages for s in classes["last_released_stage"])
+    assert all(s == 0 for s, n in zip(classes["last_released_stage"], classes["released"],
+                                      strict=True) if n == 0)
+    assert len(classes["student_recall"]) == len(classes["teacher_recall"]) == 10
     json.dumps(record, allow_nan=False)  # strict JSON
 
 

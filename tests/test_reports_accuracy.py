@@ -514,6 +514,26 @@ def test_results_overview_shows_teacher_beside_student(tmp_path, monkeypatch):
         validate_record(_record(1.0, 0.9, teacher_accuracy=1.5))
 
 
+def test_results_name_the_classes_a_student_misses(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    lost = {"teacher_labels": [10, 10], "released": [19, 1], "last_released_stage": [300, 1],
+            "teacher_recall": [0.99, 0.986], "student_recall": [1.0, 0.0],
+            "lost": {"1": "it left the release at stage 1 of 300: a class in no candidate set "
+                          "is never released again"}}
+    records = [_record(1.0, 0.7187, method="dpdfd", mode="published", teacher_accuracy=0.92,
+                       epsilon_record_level=None, classes=lost),
+               _record(1.0, 0.8194, method="dpdfd", mode="published", teacher_accuracy=0.92,
+                       epsilon_record_level=None, seed=1, classes={**lost, "lost": {}})]
+    text = results_overview([_write_folder(Path("reports"), "dpdfd", records)])
+    assert ("Classes a student misses (test recall under a quarter of the teacher's; `classes` "
+            "in each record): dpdfd mnist published eps=1, seed 0: class 1 (student 0.0%, "
+            "teacher 98.6%; it left the release at stage 1 of 300: a class in no candidate set "
+            "is never released again).") in text
+    assert "seed 1: class" not in text
+    assert "Classes a student misses" not in results_overview(
+        [_write_folder(Path("reports"), "rknn", [_record(1.0, 0.9)])])
+
+
 def test_sound_runs_are_compared_with_the_papers_record_level_baselines(tmp_path, monkeypatch):
     from dpkd_audit.reports import accuracy_figure
     from dpkd_audit.reports.references import RECORD_LEVEL_BASELINES, best_baseline

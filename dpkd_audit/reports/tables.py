@@ -413,6 +413,30 @@ def _teacher_note(records: Sequence[Mapping[str, Any]]) -> str | None:
             "approaches; a published teacher is not private): " + "; ".join(rows) + ".")
 
 
+def _classes_note(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """The classes a student misses (records with a ``classes`` block, e.g. DP-DFD's)."""
+    rows = []
+    for r in sorted(records, key=lambda r: _none_last(
+            (r["method"], r["dataset"], r["mode"], float(r["epsilon"]), r.get("seed")))):
+        classes = r.get("classes")
+        if not isinstance(classes, Mapping) or not isinstance(classes.get("lost"), Mapping):
+            continue
+        seed = "" if r.get("seed") is None else f", seed {r['seed']}"
+        for c, cause in classes["lost"].items():
+            try:
+                student = 100.0 * float(classes["student_recall"][int(c)])
+                teacher = 100.0 * float(classes["teacher_recall"][int(c)])
+                figures = f"student {student:.1f}%, teacher {teacher:.1f}%; "
+            except (KeyError, IndexError, TypeError, ValueError):
+                figures = ""
+            rows.append(f"{r['method']} {r['dataset']} {r['mode']} eps={float(r['epsilon']):g}"
+                        f"{seed}: class {c} ({figures}{cause})")
+    if not rows:
+        return None
+    return ("Classes a student misses (test recall under a quarter of the teacher's; "
+            "`classes` in each record): " + "; ".join(rows) + ".")
+
+
 def _result_file(path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     if path.is_dir():
@@ -453,7 +477,8 @@ def results_overview(paths: Sequence[str | os.PathLike[str]], *,
     records = [r for _, recs in per_file for r in recs]
     out = [markdown_table(records, references=references), "",
            f"{_COLUMNS_NOTE} {seconds_note(records)}", ""]
-    for note in (_purity_note(records), _teacher_note(records), _baseline_note(records)):
+    for note in (_purity_note(records), _teacher_note(records), _classes_note(records),
+                 _baseline_note(records)):
         if note:
             out += [note, ""]
     sources = []
@@ -526,7 +551,7 @@ def sweep_readme(records: Sequence[Mapping[str, Any]], *, command: str, title: s
         out += [f"![Accuracy versus epsilon]({plot_name})", ""]
     out += ["## Results", "", markdown_table(checked, references=refs), "",
             f"{_COLUMNS_NOTE} {seconds_note(checked)}", ""]
-    for note in (_teacher_note(checked), _baseline_note(checked)):
+    for note in (_teacher_note(checked), _classes_note(checked), _baseline_note(checked)):
         if note:
             out += [note, ""]
     if shown:

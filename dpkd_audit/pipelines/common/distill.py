@@ -302,8 +302,11 @@ class StagedStudent:
         self.losses.append(mean)
         return mean
 
+    def predict_classes(self, images: np.ndarray) -> np.ndarray:
+        """Predicted classes ``(m,)`` (int64) of uint8 images ``(m, h, w)``."""
+        x = torch.from_numpy(np.array(images, dtype=np.uint8)).unsqueeze(1).float().div_(255.0)
+        return self.probabilities(x).argmax(dim=1).cpu().numpy()
+
     def accuracy(self, images: np.ndarray, labels: np.ndarray) -> float:
         """Accuracy on uint8 images ``(m, h, w)`` with int labels ``(m,)``."""
-        x = torch.from_numpy(np.array(images, dtype=np.uint8)).unsqueeze(1).float().div_(255.0)
-        predictions = self.probabilities(x).argmax(dim=1).cpu().numpy()
-        return float(np.mean(predictions == np.asarray(labels)))
+        return float(np.mean(self.predict_classes(images) == np.asarray(labels)))

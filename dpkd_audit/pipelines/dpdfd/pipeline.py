@@ -60,6 +60,7 @@ from dpkd_audit.events import event_to_json
 from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms import Gaussian
 from dpkd_audit.mechanisms.selective_rr import SelectiveRandomizedResponse
+from dpkd_audit.pipelines.common.class_coverage import ClassCoverage, ClassTally, class_coverage
 from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.distill import ReleaseChannel, StagedStudent
 from dpkd_audit.pipelines.common.dp_statistics import (
@@ -78,6 +79,7 @@ from dpkd_audit.pipelines.common.generator import (
 from dpkd_audit.pipelines.common.loading import LoadedData, load_generative_data
 from dpkd_audit.pipelines.common.progress import StageTimer, progress_counter
 from dpkd_audit.pipelines.common.source import fit_dp_source, fit_source
+from dpkd_audit.pipelines.common.student import predict
 from dpkd_audit.pipelines.dpdfd.config import DpdfdConfig, DpdfdMode
 from dpkd_audit.provenance import provenance
 
@@ -316,6 +318,7 @@ class DpdfdResult:
     dp_sgd: DpSgdPlan | None
     statistics: ReferenceStatistics | None
     accuracy_per_stage: tuple[tuple[int, float], ...]
+    classes: ClassCoverage
     seconds: dict[str, float]
     device: str
     charges: tuple[dict[str, Any], ...]
@@ -348,6 +351,7 @@ class DpdfdResult:
             "stages": config.stages,
             "stage_size": config.stage_size,
             "accuracy_per_stage": [list(p) for p in self.accuracy_per_stage],
+            "classes": self.classes.to_record(),
             "generator": {"teacher_confident_share": self.generator.teacher_agreement,
                           "class_histogram": self.generator.class_histogram,
                           "collapsed": self.generator.collapsed,
@@ -443,6 +447,7 @@ def run(config: DpdfdConfig, *, ledger: Ledger, rng: np.random.Generator,
                             num_classes=num_classes, stages=config.stages, seed=config.seed + 3,
                             device=device)
     agree = 0
+    tally = ClassTally(num_classes)
     curve: list[tuple[int, float]] = []
     with timer.stage("distillation"):
         bar = progress_counter(enabled=progress, desc="stages", total=config.stages,
@@ -457,6 +462,7 @@ def run(config: DpdfdConfig, *, ledger: Ledger, rng: np.random.Generator,
                 label=f"stage {stage}/{config.stages}: {config.stage_size} selective-RR labels "
                       f"at eps={config.per_label_epsilon:g} each")
             agree += int(np.sum(released == teacher_labels))
+            tally.update(teacher_labels, released)
             mask, keep, other = mechanism.release_channel(student_probs)
             student.add(images, released, ReleaseChannel(mask=mask, keep=keep, other=other))
             loss = student.train_stage()
@@ -469,6 +475,11 @@ def run(config: DpdfdConfig, *, ledger: Ledger, rng: np.random.Generator,
                 bar.set_postfix(loss=f"{loss:.3f}", acc=f"{curve[-1][1]:.4f}", refresh=False)
             bar.update(1)
         bar.close()
+    classes = class_coverage(
+        tally, teacher_predictions=predict(prepared.teacher, dataset.test_images,
+                                           device=device).argmax(axis=1),
+        student_predictions=student.predict_classes(dataset.test_images),
+        test_labels=dataset.test_labels)
     labels_accountant = PureAccountant()
     labels_accountant.compose(_label_event(config, num_classes, config.labels))
     composed = float(labels_accountant.get_epsilon(0.0))
@@ -487,7 +498,7 @@ def run(config: DpdfdConfig, *, ledger: Ledger, rng: np.random.Generator,
         epsilon_record_level=record_level, epsilon_record_level_pld=record_level_pld,
         epsilon_labels_composed=composed, record_level_reason=reason, labels=config.labels,
         generator=prepared.generator, dp_sgd=prepared.dp_sgd, statistics=prepared.statistics,
-        accuracy_per_stage=tuple(curve),
+        accuracy_per_stage=tuple(curve), classes=classes,
         seconds=seconds, device=describe_device(device),
         charges=tuple({"seq": c.seq, "label": c.label,
                        "event": json.loads(event_to_json(c.event))}
