@@ -530,6 +530,19 @@ def test_results_name_the_classes_a_student_misses(tmp_path, monkeypatch):
             "teacher 98.6%; it left the release at stage 1 of 300: a class in no candidate set "
             "is never released again).") in text
     assert "seed 1: class" not in text
+    # a cause that does not name the stage gets the stored last release stage, when early
+    rare = {**lost, "lost": {"1": "the generator rarely makes it"}}
+    text = results_overview([_write_folder(Path("rare"), "dpdfd", [
+        _record(1.0, 0.7187, method="dpdfd", mode="published", teacher_accuracy=0.92,
+                epsilon_record_level=None, classes=rare, stages=300)])])
+    assert ("class 1 (student 0.0%, teacher 98.6%; the generator rarely makes it; last "
+            "released at stage 1 of 300: a class in no candidate set is never released "
+            "again).") in text
+    late = {**rare, "last_released_stage": [300, 151]}
+    text = results_overview([_write_folder(Path("late"), "dpdfd", [
+        _record(1.0, 0.7187, method="dpdfd", mode="published", teacher_accuracy=0.92,
+                epsilon_record_level=None, classes=late, stages=300)])])
+    assert "class 1 (student 0.0%, teacher 98.6%; the generator rarely makes it)." in text
     assert "Classes a student misses" not in results_overview(
         [_write_folder(Path("reports"), "rknn", [_record(1.0, 0.9)])])
 

@@ -430,11 +430,33 @@ def _classes_note(records: Sequence[Mapping[str, Any]]) -> str | None:
             except (KeyError, IndexError, TypeError, ValueError):
                 figures = ""
             rows.append(f"{r['method']} {r['dataset']} {r['mode']} eps={float(r['epsilon']):g}"
-                        f"{seed}: class {c} ({figures}{cause})")
+                        f"{seed}: class {c} ({figures}{cause}{_left_release(r, classes, c)})")
     if not rows:
         return None
     return ("Classes a student misses (test recall under a quarter of the teacher's; "
             "`classes` in each record): " + "; ".join(rows) + ".")
+
+
+def _left_release(record: Mapping[str, Any], classes: Mapping[str, Any], c: str) -> str:
+    """``"; last released at stage s of T"`` when class ``c`` left the release early.
+
+    The record's cause names one reason (the first that its counts show); a class the
+    generator rarely makes can also have left every candidate set at stage 1, and the stored
+    ``last_released_stage`` says so. Empty when the cause already names the stage, the class
+    was released in the second half of the stages, or the figures are missing.
+    """
+    try:
+        last = int(classes["last_released_stage"][int(c)])
+        stages = int(record["stages"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return ""
+    cause = str(classes["lost"][c])
+    if "stage" in cause or "never released" in cause or stages < 1 or 2 * last > stages:
+        return ""
+    if last == 0:
+        return "; never released"
+    return (f"; last released at stage {last} of {stages}: a class in no candidate set is "
+            "never released again")
 
 
 def _result_file(path: str | os.PathLike[str]) -> Path:
