@@ -12,6 +12,8 @@ from dpkd_audit.pipelines.common.class_coverage import (
     ClassTally,
     class_coverage,
     class_recall,
+    classes_at_risk,
+    warn_classes_at_risk,
 )
 
 
@@ -106,3 +108,54 @@ def test_the_cause_tells_a_rare_class_from_a_dropped_and_an_unlearned_one() -> N
     assert coverage.cause(1) == "it was released to the end but not learned"
     assert coverage.cause(2).startswith("it left the release at stage 5 of 10")
     assert coverage.cause(3) == "the generator rarely makes it"
+
+
+# the generator histograms of the four measured Fashion-MNIST seeds (1,000 samples each,
+# reports/benchmarks/published-caps-cpu/dpdfd_prep_seeds.jsonl, `gen_hist`)
+_SEED_HISTOGRAMS = {
+    0: [107, 28, 85, 80, 90, 118, 181, 56, 124, 131],
+    1: [146, 69, 91, 67, 93, 121, 155, 59, 79, 120],
+    2: [94, 60, 105, 52, 102, 132, 150, 73, 110, 122],
+    3: [95, 49, 121, 92, 88, 121, 134, 94, 108, 98],
+}
+
+
+def test_a_class_the_generator_rarely_makes_is_flagged_at_small_epsilon_only() -> None:
+    # seeds 0 and 3 lost trousers (class 1) at eps 1, seeds 1 and 2 kept them
+    assert classes_at_risk(_SEED_HISTOGRAMS[0], epsilon=1.0) == (1,)
+    assert classes_at_risk(_SEED_HISTOGRAMS[3], epsilon=1.0) == (1,)
+    assert classes_at_risk(_SEED_HISTOGRAMS[1], epsilon=1.0) == ()
+    assert classes_at_risk(_SEED_HISTOGRAMS[2], epsilon=1.0) == ()
+    # at eps 10 the first stage keeps 0.9996 of the teacher's labels: nothing to flag; the
+    # boundary is a keep probability of 1/2, e^eps = k - 1 (eps = ln 9 for k = 10)
+    assert classes_at_risk(_SEED_HISTOGRAMS[0], epsilon=10.0) == ()
+    assert classes_at_risk(_SEED_HISTOGRAMS[0], epsilon=math.log(9) - 1e-9) == (1,)
+    assert classes_at_risk(_SEED_HISTOGRAMS[0], epsilon=math.log(9) + 1e-9) == ()
+    assert classes_at_risk([10, 0, 10], epsilon=1e6) == ()
+    # exactly 1/(2k) = 1/8 is not under it; two classes are never flagged (keep > 1/2)
+    assert classes_at_risk([1, 3, 2, 2], epsilon=0.5) == ()
+    assert classes_at_risk([1, 4, 2, 3], epsilon=0.5) == (0,)
+    assert classes_at_risk([1, 99], epsilon=1e-3) == ()
+
+
+def test_the_warning_names_the_class_its_share_and_the_keep_probability() -> None:
+    with pytest.warns(RuntimeWarning, match=r"rarely makes 1 class\(es\) \(class 1 2\.8% of its "
+                      r"images, under 1/\(2k\) = 5\.0%\) and at per-label eps=1 the first "
+                      r"stage keeps the teacher's label with probability 0\.23"):
+        assert warn_classes_at_risk(_SEED_HISTOGRAMS[0], epsilon=1.0) == (1,)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert warn_classes_at_risk(_SEED_HISTOGRAMS[1], epsilon=1.0) == ()
+
+
+@pytest.mark.parametrize(("histogram", "epsilon", "match"), [
+    ([3], 1.0, "class_histogram must be >= 2"),
+    ([0, 0], 1.0, "positive sum"),
+    ([1, -1, 2], 1.0, "non-negative"),
+    ([1, float("nan")], 1.0, "class_histogram"),
+    ([1, 2], 0.0, "epsilon"),
+    ([1, 2], -1.0, "epsilon"),
+])
+def test_classes_at_risk_refuses_bad_input_by_name(histogram, epsilon, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        classes_at_risk(histogram, epsilon=epsilon)

@@ -186,7 +186,11 @@ def test_each_stage_is_charged_before_its_labels_exist(monkeypatch) -> None:
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(SelectiveRandomizedResponse, "_keep_threshold", spy)
-    run(config, ledger=ledger, rng=label_rng(config), progress=False)
+    # this tiny digits generator rarely makes several classes: flagged before the stages
+    with pytest.warns(RuntimeWarning, match=r"the generator rarely makes \d+ class\(es\).*"
+                      r"at per-label eps=1 the first stage keeps the teacher's label with "
+                      r"probability 0\.23"):
+        run(config, ledger=ledger, rng=label_rng(config), progress=False)
     # stage i's labels are drawn after the non-private step and i stage charges
     assert seen == [2, 3, 4]
 

@@ -27,7 +27,8 @@ import numpy as np
 
 from dpkd_audit import _validate
 
-__all__ = ["ClassCoverage", "ClassTally", "class_coverage", "class_recall"]
+__all__ = ["ClassCoverage", "ClassTally", "class_coverage", "class_recall",
+           "classes_at_risk", "warn_classes_at_risk"]
 
 #: A class is *lost* when the student's test recall is under this fraction of the teacher's.
 LOST_RECALL_FRACTION = 0.25
@@ -160,6 +161,60 @@ class ClassCoverage:
                 "teacher_recall": [_finite(r) for r in self.teacher_recall],
                 "student_recall": [_finite(r) for r in self.student_recall],
                 "lost": {str(c): self.cause(c) for c in self.lost_classes}}
+
+
+def classes_at_risk(class_histogram: Any, *, epsilon: float) -> tuple[int, ...]:
+    """Classes a staged selective-RR release may lose at its first stage, before it starts.
+
+    At the first stage the student is untrained, the candidate set is every class, and the
+    teacher's label is kept with probability e^eps / (e^eps + k - 1) (0.23 at eps = 1, k = 10):
+    a class that makes up s of the images is released at 1/(e^eps + k - 1) + s (e^eps - 1) /
+    (e^eps + k - 1), barely above the floor that a class nobody holds gets, and the
+    noise-aware student can fit it to near 0 on every image; from then on it is in no candidate
+    set. Flagged: a class under 1/(2k) (the paper's threshold, half a balanced share) of the
+    generator's images (its health histogram, the teacher's argmax) when that keep probability
+    is under 1/2. Measured (Fashion-MNIST, published, eps = 1, 100 stages;
+    ``reports/benchmarks/published-caps-cpu``): seeds 0 and 3, whose generators made trousers
+    2.8 / 4.9% of the time, lost trousers for good; seeds 1 and 2 (6.9 / 6.0%) kept them.
+
+    Args:
+        class_histogram: The teacher's argmax counts over generator samples (``k >= 2``).
+        epsilon: The per-label epsilon of the release (> 0).
+
+    Returns:
+        The flagged classes (empty when the first stage's labels are mostly right).
+    """
+    counts = np.asarray(class_histogram, dtype=np.float64)
+    if counts.ndim != 1 or counts.size < 2 or not np.all(np.isfinite(counts)) \
+            or np.any(counts < 0) or counts.sum() <= 0:
+        raise ValueError(f"class_histogram must be >= 2 non-negative counts with a positive "
+                         f"sum; got {class_histogram!r}")
+    epsilon = _validate.check_epsilon(epsilon)
+    k = counts.size
+    keep = 1.0 / (1.0 + (k - 1) * np.exp(-min(epsilon, 700.0)))
+    if keep >= 0.5:
+        return ()
+    share = counts / counts.sum()
+    return tuple(int(c) for c in np.flatnonzero(share * 2 * k < 1))
+
+
+def warn_classes_at_risk(class_histogram: Any, *, epsilon: float) -> tuple[int, ...]:
+    """:func:`classes_at_risk`, with a ``RuntimeWarning`` naming them (before the stages)."""
+    flagged = classes_at_risk(class_histogram, epsilon=epsilon)
+    if flagged:
+        counts = np.asarray(class_histogram, dtype=np.float64)
+        k = counts.size
+        keep = 1.0 / (1.0 + (k - 1) * np.exp(-min(float(epsilon), 700.0)))
+        shares = ", ".join(f"class {c} {counts[c] / counts.sum():.1%}" for c in flagged)
+        warnings.warn(
+            f"the generator rarely makes {len(flagged)} class(es) ({shares} of its images, "
+            f"under 1/(2k) = {1 / (2 * k):.1%}) and at per-label eps={float(epsilon):g} the "
+            f"first stage keeps the teacher's label with probability {keep:.2f}: such a class "
+            "can leave every candidate set after stage 1 and never be released again "
+            "(measured: reports/benchmarks/published-caps-cpu); the record's `classes` block "
+            "will say",
+            RuntimeWarning, stacklevel=3)
+    return flagged
 
 
 def _finite(value: float) -> float | None:

@@ -60,7 +60,12 @@ from dpkd_audit.events import event_to_json
 from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms import Gaussian
 from dpkd_audit.mechanisms.selective_rr import SelectiveRandomizedResponse
-from dpkd_audit.pipelines.common.class_coverage import ClassCoverage, ClassTally, class_coverage
+from dpkd_audit.pipelines.common.class_coverage import (
+    ClassCoverage,
+    ClassTally,
+    class_coverage,
+    warn_classes_at_risk,
+)
 from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.distill import ReleaseChannel, StagedStudent
 from dpkd_audit.pipelines.common.dp_statistics import (
@@ -440,6 +445,7 @@ def run(config: DpdfdConfig, *, ledger: Ledger, rng: np.random.Generator,
     if config.generator_finetune_steps:
         trainer = copy.deepcopy(trainer)  # a shared generator stays as it was fitted
     timer = StageTimer(verbose=progress)
+    warn_classes_at_risk(prepared.generator.class_histogram, epsilon=config.per_label_epsilon)
     mechanism = SelectiveRandomizedResponse(epsilon=config.per_label_epsilon,
                                             num_classes=num_classes, threshold=config.threshold)
     latents = torch.Generator().manual_seed(config.seed + 2)
