@@ -20,6 +20,7 @@ labels outside the per-label epsilon, which is not a record-level guarantee anyw
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from typing import Any
 
@@ -184,6 +185,11 @@ def classes_at_risk(class_histogram: Any, *, epsilon: float) -> tuple[int, ...]:
     Returns:
         The flagged classes (empty when the first stage's labels are mostly right).
     """
+    return _risk(class_histogram, epsilon)[0]
+
+
+def _risk(class_histogram: Any, epsilon: float) -> tuple[tuple[int, ...], np.ndarray, float]:
+    """The flagged classes, the histogram's shares and the first stage's keep probability."""
     counts = np.asarray(class_histogram, dtype=np.float64)
     if counts.ndim != 1 or counts.size < 2 or not np.all(np.isfinite(counts)) \
             or np.any(counts < 0) or counts.sum() <= 0:
@@ -191,26 +197,23 @@ def classes_at_risk(class_histogram: Any, *, epsilon: float) -> tuple[int, ...]:
                          f"sum; got {class_histogram!r}")
     epsilon = _validate.check_epsilon(epsilon)
     k = counts.size
-    keep = 1.0 / (1.0 + (k - 1) * np.exp(-min(epsilon, 700.0)))
-    if keep >= 0.5:
-        return ()
+    # e^eps / (e^eps + k - 1) with I = every class (SelectiveRandomizedResponse's keep)
+    keep = 1.0 / (1.0 + (k - 1) * math.exp(-min(epsilon, 700.0)))
     share = counts / counts.sum()
-    return tuple(int(c) for c in np.flatnonzero(share * 2 * k < 1))
+    flagged = () if keep >= 0.5 else tuple(int(c) for c in np.flatnonzero(share * 2 * k < 1))
+    return flagged, share, keep
 
 
 def warn_classes_at_risk(class_histogram: Any, *, epsilon: float) -> tuple[int, ...]:
     """:func:`classes_at_risk`, with a ``RuntimeWarning`` naming them (before the stages)."""
-    flagged = classes_at_risk(class_histogram, epsilon=epsilon)
+    flagged, share, keep = _risk(class_histogram, epsilon)
     if flagged:
-        counts = np.asarray(class_histogram, dtype=np.float64)
-        k = counts.size
-        keep = 1.0 / (1.0 + (k - 1) * np.exp(-min(float(epsilon), 700.0)))
-        shares = ", ".join(f"class {c} {counts[c] / counts.sum():.1%}" for c in flagged)
+        shares = ", ".join(f"class {c} {share[c]:.1%}" for c in flagged)
         warnings.warn(
             f"the generator rarely makes {len(flagged)} class(es) ({shares} of its images, "
-            f"under 1/(2k) = {1 / (2 * k):.1%}) and at per-label eps={float(epsilon):g} the "
-            f"first stage keeps the teacher's label with probability {keep:.2f}: such a class "
-            "can leave every candidate set after stage 1 and never be released again "
+            f"under 1/(2k) = {1 / (2 * share.size):.1%}) and at per-label eps={float(epsilon):g} "
+            f"the first stage keeps the teacher's label with probability {keep:.2f}: such a "
+            "class can leave every candidate set after stage 1 and never be released again "
             "(measured: reports/benchmarks/published-caps-cpu); the record's `classes` block "
             "will say",
             RuntimeWarning, stacklevel=3)
