@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from _jsonl import jsonl_emitter  # benchmarks/ (this script's directory)
 
-from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
+from dpkd_audit.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.generator import (
     GeneratorConfig,
     GeneratorOutput,

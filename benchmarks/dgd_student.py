@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from _jsonl import jsonl_emitter  # benchmarks/ (this script's directory)
 
-from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
+from dpkd_audit.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.generator import GeneratorTrainer, generator_pixel_scale
 from dpkd_audit.pipelines.common.student import StudentConfig
 from dpkd_audit.pipelines.common.teacher import TeacherConfig, train_teacher

@@ -41,8 +41,8 @@ import time
 import numpy as np
 import torch
 
+from dpkd_audit.devices import describe_device, resolve_device
 from dpkd_audit.ledger import Ledger
-from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.dp_statistics import (
     FeatureStatistics,
     StatisticsConfig,

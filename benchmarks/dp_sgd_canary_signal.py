@@ -19,7 +19,7 @@ noise (``p.summed_grad``) on each canary's coordinate, then measures:
     would get if no record touched the coordinates), and the sum of updates.
 
 ``--placement model`` puts the canaries on uniformly drawn coordinates of the model (before the
-fix); ``dedicated`` (default, the fix) on :class:`~dpkd_audit.pipelines.common.canaries.
+fix); ``dedicated`` (default, the fix) on :class:`~dpkd_audit.training_audit.canaries.
 CanaryTap`'s weights, which no real record's gradient touches.
 
 Usage: ``python benchmarks/dp_sgd_canary_signal.py [--dataset mnist --data-dir DIR]
@@ -46,9 +46,9 @@ from dpkd_audit.audit.training import one_run_bound, one_run_guesses
 from dpkd_audit.data import load_dataset
 from dpkd_audit.ledger import Ledger
 from dpkd_audit.pipelines.common import dp_teacher
-from dpkd_audit.pipelines.common.canaries import GradientCanaries, GradientCanaryInjector
 from dpkd_audit.pipelines.common.dp_sgd_audit import default_guesses
 from dpkd_audit.pipelines.common.teacher import TeacherArchitecture, TeacherConfig
+from dpkd_audit.training_audit.canaries import GradientCanaries, GradientCanaryInjector
 
 
 class _Recording(GradientCanaryInjector):
@@ -63,7 +63,7 @@ class _Recording(GradientCanaryInjector):
         _Recording.last = self
 
     def sample(self) -> int:
-        state = self._rng.bit_generator.state
+        state = self._participation._rng.bit_generator.state
         replay = np.random.default_rng()
         replay.bit_generator.state = state
         mask = self.included & (replay.random(self.included.size) < self.q)

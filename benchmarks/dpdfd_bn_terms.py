@@ -35,7 +35,7 @@ import time
 import numpy as np
 import torch
 
-from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
+from dpkd_audit.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.generator import (
     BnStatistics,
     GeneratorTrainer,

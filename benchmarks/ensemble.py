@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from dpkd_audit.data import load_dataset
-from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
+from dpkd_audit.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.ensemble import (
     EnsembleConfig,
     EnsembleKernel,

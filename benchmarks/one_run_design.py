@@ -5,7 +5,7 @@ Dirac gradient canaries on dedicated coordinates (each inserted with probability
 the ``T`` steps an inserted canary is Poisson-sampled with probability ``q``, and the white-box
 view of its coordinate is ``y_t = B_t + N(0, sigma^2)`` (units of the clipping norm; ``B_t ~
 Bernoulli(q)`` if inserted, ``B_t = 0`` if left out). The score of
-:meth:`~dpkd_audit.pipelines.common.canaries.GradientCanaryInjector.scores` is
+:meth:`~dpkd_audit.training_audit.canaries.GradientCanaryInjector.scores` is
 ``S = sum_t log(1 - q + q exp((y_t - 1/2) / sigma^2))``, the exact log-likelihood ratio of
 "inserted" against "left out" - the Neyman-Pearson statistic, so no other score of this
 observation does better, and ``S`` is the privacy-loss variable of the composed subsampled
@@ -279,7 +279,7 @@ def check_pipeline_score(s: Schedule, rng: np.random.Generator) -> float:
     """Max |pipeline score - ideal LLR| on a simulated float32 trajectory (momentum 0.9)."""
     import torch
 
-    from dpkd_audit.pipelines.common.canaries import (
+    from dpkd_audit.training_audit.canaries import (
         CanaryScoring,
         GradientCanaries,
         GradientCanaryInjector,

@@ -29,9 +29,10 @@ integer arithmetic *before* any conversion, so that no value wraps around (a ``u
 
 from __future__ import annotations
 
+import enum
 import math
 import numbers
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -56,7 +57,10 @@ __all__ = [
     "check_probability",
     "check_sample_count",
     "check_size",
+    "parse_enum",
 ]
+
+E = TypeVar("E", bound=enum.Enum)
 
 #: Most values one call may draw or return (outputs times values per output): 10^8 (0.8 GB of
 #: float64). Larger requests are refused before anything is allocated.
@@ -369,3 +373,16 @@ def as_integer_array(value: Any, name: str = "value", *, minimum: int | None = N
         if amin < lo or amax > hi:
             raise ValueError(f"{name} must be {allowed}; got entries in [{amin}, {amax}]")
     return arr.astype(np.int64)
+
+
+def parse_enum(cls: type[E], text: Any, name: str) -> E:
+    """The member of the enum ``cls`` whose value is ``text``.
+
+    Raises:
+        ValueError: Naming ``name``, the allowed values and what was received.
+    """
+    try:
+        return cls(text)
+    except ValueError:
+        allowed = ", ".join(str(m.value) for m in cls)
+        raise ValueError(f"{name} must be one of {allowed}; got {text!r}") from None

@@ -16,13 +16,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dpkd_audit"
 #: Components (the first name under ``dpkd_audit``) from the bottom up; a component may import
 #: only its own layer's and lower layers' components. ``__init__`` (the facade) is left out.
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"_validate", "_lazy", "errors", "provenance", "executor", "data"}),
+    frozenset({"_validate", "_lazy", "errors", "provenance", "executor", "data", "devices"}),
     frozenset({"_math"}),
     frozenset({"events"}),
     frozenset({"accountants"}),
     frozenset({"ledger", "interop"}),
     frozenset({"mechanisms"}),
     frozenset({"audit"}),
+    frozenset({"training_audit"}),
     frozenset({"pipelines", "reports"}),
     frozenset({"cli"}),
 )

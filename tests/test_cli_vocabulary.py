@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from dpkd_audit.cli.main import main
-from dpkd_audit.cli.names import ATTACKS, ONE_RUN_ANALYSES, PLAN_KINDS
+from dpkd_audit.cli.names import ATTACKS, BATCH_RELATIONS, ONE_RUN_ANALYSES, PLAN_KINDS, SAMPLINGS
 
 SAMPLERS = textwrap.dedent("""
     from dpkd_audit.mechanisms import Laplace
@@ -124,12 +124,15 @@ def test_mechanism_names_are_spelled_one_way_in_budget_and_audit(capsys):
 
 def test_the_cli_name_lists_match_the_enums():
     from dpkd_audit.accountants.budget import PlanKind
+    from dpkd_audit.accountants.dp_sgd_sampling import BatchRelation, DpSgdSampling
     from dpkd_audit.audit.attacks import Attack
     from dpkd_audit.audit.training import OneRunAnalysis
 
     assert PLAN_KINDS == tuple(k.value for k in PlanKind)
     assert set(ATTACKS) == {a.value for a in Attack}
     assert ONE_RUN_ANALYSES == tuple(a.value for a in OneRunAnalysis)
+    assert SAMPLINGS == tuple(s.value for s in DpSgdSampling)
+    assert BATCH_RELATIONS == tuple(r.value for r in BatchRelation)
 
 
 def test_budget_takes_a_per_release_epsilon(capsys):

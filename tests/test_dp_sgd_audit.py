@@ -29,12 +29,6 @@ from dpkd_audit.cli.main import main
 from dpkd_audit.data import load_dataset
 from dpkd_audit.ledger import Ledger
 from dpkd_audit.pipelines.common import dp_sgd_audit, dp_teacher
-from dpkd_audit.pipelines.common.canaries import (
-    CanaryPlacement,
-    CanaryTap,
-    GradientCanaries,
-    GradientCanaryInjector,
-)
 from dpkd_audit.pipelines.common.dp_sgd_audit import (
     audit_dp_sgd,
     default_guesses,
@@ -43,6 +37,12 @@ from dpkd_audit.pipelines.common.dp_sgd_audit import (
 from dpkd_audit.pipelines.common.teacher import TeacherArchitecture, TeacherConfig, build_teacher
 from dpkd_audit.pipelines.dpdfd import DpdfdConfig
 from dpkd_audit.pipelines.dpdfd.pipeline import ledger_for, load_data, planned_dp_sgd
+from dpkd_audit.training_audit.canaries import (
+    CanaryPlacement,
+    CanaryTap,
+    GradientCanaries,
+    GradientCanaryInjector,
+)
 
 
 def test_gradient_canaries_are_deterministic_and_distinct():
@@ -148,7 +148,7 @@ def test_injected_canaries_step_as_appended_dirac_rows_would(noise):
 
 def test_streamed_scores_equal_the_scores_of_the_kept_trajectory():
     """record_step's running log-likelihood ratio = the trajectory's, = the ideal LLR of y."""
-    from dpkd_audit.pipelines.common.canaries import CanaryScoring
+    from dpkd_audit.training_audit.canaries import CanaryScoring
 
     rng = np.random.default_rng(5)
     m, steps, q, sigma, lr, batch, clip, momentum = 40, 120, 0.1, 0.9, 2.0, 64.0, 1.5, 0.9

@@ -14,9 +14,9 @@ from dpkd_audit.audit import training
 from dpkd_audit.cli.main import main
 from dpkd_audit.data import load_dataset
 from dpkd_audit.pipelines.common import record_audit
-from dpkd_audit.pipelines.common.canaries import RecordCanaries
 from dpkd_audit.pipelines.common.loading import LoadedData
 from dpkd_audit.pipelines.common.record_audit import audit_record_level, student_scores
+from dpkd_audit.training_audit.canaries import RecordCanaries
 
 
 def test_record_canaries_relabel_the_inserted_and_remove_the_others():

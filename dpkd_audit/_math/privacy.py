@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # imported where used: only the exact (checking) evaluations 
 __all__ = [
     "analytic_gaussian_delta",
     "analytic_gaussian_delta_exact",
+    "analytic_gaussian_epsilon",
     "calibrate_analytic_gaussian",
     "calibrate_discrete_gaussian",
     "calibrate_zcdp_rho",
@@ -168,6 +169,27 @@ def smallest_satisfying(func: Callable[[float], float], target: float, lo: float
         if hi - lo <= rel_tol * hi:
             break
     return hi
+
+
+def analytic_gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> float:
+    """Exact epsilon of N(0, sigma^2) vs N(Delta, sigma^2) at ``delta`` (Balle-Wang 2018, Thm 8).
+
+    Bisection on the exact curve (:func:`analytic_gaussian_delta`); the upper end of the final
+    bracket is returned, so the curve at the returned epsilon is <= ``delta`` (never below the
+    exact epsilon). 0 when the curve is already <= ``delta`` at epsilon 0; ``inf`` when
+    ``delta`` is 0 or the epsilon exceeds the floating-point range.
+    """
+    if delta <= 0:
+        return math.inf
+    if analytic_gaussian_delta(0.0, sigma, sensitivity) <= delta:
+        return 0.0
+    hi = 1.0
+    while analytic_gaussian_delta(hi, sigma, sensitivity) > delta:
+        hi *= 2.0
+        if hi > 1e300:
+            return math.inf
+    return smallest_satisfying(lambda e: analytic_gaussian_delta(e, sigma, sensitivity), delta,
+                               0.0, hi, rel_tol=1e-13)
 
 
 #: Sigmas (relative to the sensitivity) searched by :func:`calibrate_analytic_gaussian`.

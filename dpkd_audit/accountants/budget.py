@@ -22,7 +22,7 @@ from typing import Any
 from dp_accounting import dp_event as _dp
 
 from dpkd_audit import _validate
-from dpkd_audit._math.privacy import analytic_gaussian_delta, smallest_satisfying
+from dpkd_audit._math.privacy import analytic_gaussian_epsilon, smallest_satisfying
 from dpkd_audit.accountants import calibration
 from dpkd_audit.accountants.advanced import (
     AdvancedCompositionAccountant,
@@ -30,6 +30,15 @@ from dpkd_audit.accountants.advanced import (
 )
 from dpkd_audit.accountants.base import Accountant, NeighboringRelation, UnsupportedEventError
 from dpkd_audit.accountants.dp_sgd import DpSgdSchedule
+from dpkd_audit.accountants.dp_sgd_sampling import (
+    RELATIONS,
+    BatchRelation,
+    DpSgdSampling,
+    SamplingBound,
+    gaussian_composition_epsilon,
+    random_allocation_epsilon,
+    sampling_epsilon,
+)
 from dpkd_audit.accountants.pure import PureAccountant
 from dpkd_audit.events import (
     ApproxDpEvent,
@@ -93,6 +102,11 @@ class Plan:
         dataset_size: Records N of a DP-SGD plan.
         batch_size: Expected batch size B of a DP-SGD plan (1 <= B <= N).
         epochs: Epochs of a DP-SGD plan; None when it is to be solved for.
+        sampling: How a DP-SGD plan's batches are drawn (Poisson by default, as Opacus
+            accounts; shuffled, sequential and balls-in-bins batches are bounded by
+            :mod:`~dpkd_audit.accountants.dp_sgd_sampling`).
+        relation: The neighbouring relation of a non-Poisson DP-SGD plan (default: the
+            sampler's own, see :data:`~dpkd_audit.accountants.dp_sgd_sampling.RELATIONS`).
     """
 
     kind: PlanKind
@@ -104,6 +118,8 @@ class Plan:
     dataset_size: int | None = None
     batch_size: int | None = None
     epochs: int | None = None
+    sampling: DpSgdSampling = DpSgdSampling.POISSON
+    relation: BatchRelation | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, PlanKind):
@@ -131,6 +147,9 @@ class Plan:
             _validate.check_int("num_users", self.num_users, minimum=1)
         if self.kind is PlanKind.DP_SGD:
             self._check_dp_sgd()
+        elif self.sampling is not DpSgdSampling.POISSON or self.relation is not None:
+            raise ValueError(f"sampling and relation apply only to a dp-sgd plan; got "
+                             f"{self.kind.value}")
 
     def _check_dp_sgd(self) -> None:
         for name in ("dataset_size", "batch_size"):
@@ -144,9 +163,26 @@ class Plan:
             raise ValueError("sampling_probability is derived for a dp-sgd plan (1 / ceil("
                              "dataset_size / batch_size), Opacus's convention); got "
                              f"{self.sampling_probability!r}")
+        if not isinstance(self.sampling, DpSgdSampling):
+            raise ValueError(f"sampling must be a DpSgdSampling "
+                             f"({', '.join(m.value for m in DpSgdSampling)}); got "
+                             f"{self.sampling!r}")
+        if self.relation is not None and self.relation not in RELATIONS[self.sampling]:
+            allowed = ", ".join(r.value for r in RELATIONS[self.sampling])
+            raise ValueError(f"relation must be one of {allowed} for {self.sampling.value} "
+                             f"sampling (or None); got {self.relation!r}")
         if self.epochs is not None:
             object.__setattr__(self, "queries", schedule.steps(self.epochs))
         object.__setattr__(self, "sampling_probability", schedule.sampling_probability)
+
+    @property
+    def poisson(self) -> bool:
+        """Whether the plan's epsilon comes from the accountants' events.
+
+        Every plan but a DP-SGD plan with a non-Poisson sampler, whose epsilon comes from its
+        sampler's bound (:mod:`~dpkd_audit.accountants.dp_sgd_sampling`) instead.
+        """
+        return self.kind is not PlanKind.DP_SGD or self.sampling is DpSgdSampling.POISSON
 
     @property
     def steps_per_epoch(self) -> int:
@@ -157,6 +193,10 @@ class Plan:
 
     def event(self, noise: float | None = None) -> _dp.DpEvent:
         """The event of one release with the given (or the plan's) noise parameter."""
+        if not self.poisson:
+            raise ValueError(f"a dp-sgd plan with {self.sampling.value} batches has no "
+                             "accountant event (it is not Poisson-subsampled): its epsilon is "
+                             "its sampler's bound (budget_table)")
         noise = self.noise if noise is None else noise
         if noise is None:
             raise ValueError("noise is not set: give it, or solve for it with a target epsilon")
@@ -249,29 +289,13 @@ def _compose_into(acc: Accountant, plan: Plan, noise: float, queries: int,
         # (eps, delta) accountants need a per-release guarantee: spend half the delta budget
         # evenly on the releases and use the exact analytic-Gaussian epsilon at that delta.
         per_delta = delta_budget / (2 * queries)
-        per_epsilon = _gaussian_epsilon(noise, per_delta)
+        per_epsilon = analytic_gaussian_epsilon(noise, per_delta)
         if not math.isfinite(per_epsilon):
             raise _NotApplicableError(
                 f"the per-release epsilon of Gaussian noise {noise:g} at delta {per_delta:.3g} "
                 "exceeds the floating-point range")
         event = ApproxDpEvent(per_epsilon, per_delta)
     return acc.compose(event, count=queries)
-
-
-def _gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
-    """Smallest epsilon of the exact analytic-Gaussian curve (Balle-Wang Thm 8) at ``delta``.
-
-    Infinite when ``delta`` is 0 or the epsilon exceeds the floating-point range.
-    """
-    if delta <= 0:
-        return math.inf
-    hi = 1.0
-    while analytic_gaussian_delta(hi, noise_multiplier) > delta:
-        hi *= 2
-        if hi > 1e300:
-            return math.inf
-    return smallest_satisfying(lambda e: analytic_gaussian_delta(e, noise_multiplier), delta,
-                               0.0, hi)
 
 
 def _check_delta_for(plan: Plan, delta: float) -> float:
@@ -289,6 +313,8 @@ def budget_table(plan: Plan, *, delta: float) -> list[BudgetRow]:
         missing = "epochs" if plan.kind is PlanKind.DP_SGD else "queries"
         raise ValueError(f"budget_table needs both noise and {missing}; use solve() for the "
                          "inverse problem")
+    if not plan.poisson:
+        return _sampling_rows(plan, delta)
     rows = []
     for name, factory in _accountant_factories(plan, delta).items():
         try:
@@ -322,6 +348,11 @@ def mixed_budget_table(plans: Sequence[Plan], *, delta: float) -> list[BudgetRow
         raise ValueError(f"plans must be a non-empty sequence of Plan; got {plans!r}")
     for i, plan in enumerate(plans):
         _check_delta_for(plan, delta)
+        if not plan.poisson:
+            raise ValueError(f"plans[{i}] (dp-sgd with {plan.sampling.value} batches) has no "
+                             "accountant event to compose with other releases: only its own "
+                             "bound exists; price it alone (dpkd budget dp-sgd --sampling "
+                             f"{plan.sampling.value})")
         if plan.noise is None or plan.queries is None:
             raise ValueError(f"plans[{i}] ({plan.kind.value}) needs its noise and its "
                              f"{'epochs' if plan.kind is PlanKind.DP_SGD else 'queries'}")
@@ -376,6 +407,8 @@ def solve(plan: Plan, *, target_epsilon: float, delta: float,
     count = "epochs" if plan.kind is PlanKind.DP_SGD else "queries"
     if (plan.noise is None) == (plan.queries is None):
         raise ValueError(f"give exactly one of noise and {count}; the other is solved for")
+    if not plan.poisson:
+        return [_solve_sampling(plan, target_epsilon, delta, max_queries)]
     rows = []
     for name, factory in _accountant_factories(plan, delta).items():
         try:
@@ -445,6 +478,86 @@ def _solve_count(factory: Callable[..., Accountant], plan: Plan, target_epsilon:
     value = calibration.max_queries(build, target_epsilon=target_epsilon, target_delta=delta,
                                     upper=max(1, max_queries // unit))
     return value, (build(value).get_epsilon(delta) if value else None)
+
+
+def _sampler_bound(plan: Plan, noise: float, epochs: int, delta: float) -> SamplingBound:
+    schedule = DpSgdSchedule(dataset_size=plan.dataset_size, batch_size=plan.batch_size)
+    return sampling_epsilon(schedule, sampling=plan.sampling, noise_multiplier=noise,
+                            epochs=epochs, delta=delta, relation=plan.relation)
+
+
+def _sampling_rows(plan: Plan, delta: float) -> list[BudgetRow]:
+    """A non-Poisson DP-SGD plan: its sampler's bound, a lower bound, and Poisson's figure."""
+    epochs = plan.queries // plan.steps_per_epoch  # type: ignore[operator]
+    bound = _sampler_bound(plan, plan.noise, epochs, delta)  # type: ignore[arg-type]
+    sampler = f"{bound.sampling.value} batches, {bound.relation.value}"
+    rows = [BudgetRow(accountant=f"sampler bound ({sampler})", method=bound.method,
+                      kind="upper bound" if bound.tight else "upper bound (loose)",
+                      epsilon=bound.epsilon, note=bound.note)]
+    if bound.epsilon_lower is not None:
+        rows.append(BudgetRow(accountant=f"lower bound ({sampler})",
+                              method=bound.lower_method or "-", kind="lower bound",
+                              epsilon=bound.epsilon_lower,
+                              note="no claim below it holds for this sampler"))
+    rows.append(BudgetRow(accountant="Poisson accounting (what Opacus reports)",
+                          method="Poisson-subsampled Gaussian, q = 1/t", kind="not a bound here",
+                          epsilon=bound.epsilon_poisson,
+                          note=f"holds for Poisson sampling only, not for {bound.sampling.value} "
+                               "batches"))
+    return rows
+
+
+def _solve_sampling(plan: Plan, target_epsilon: float, delta: float,
+                    max_queries: int) -> BudgetRow:
+    """Solve a non-Poisson DP-SGD plan for sigma or epochs under its sampler's upper bound.
+
+    Only the sampler's upper bound is inverted (the answer never exceeds the target). Balls-in-
+    bins is inverted through its RDP bound and its no-amplification bound, as
+    :func:`~dpkd_audit.accountants.dp_sgd_sampling.random_allocation_epsilon` combines them.
+    """
+    relation = plan.relation or (BatchRelation.ADD_OR_REMOVE_ONE
+                                 if plan.sampling is DpSgdSampling.BALLS_IN_BINS
+                                 else BatchRelation.ZERO_OUT)
+    t = plan.steps_per_epoch
+
+    def epsilon(noise: float, epochs: int) -> float:
+        if plan.sampling is DpSgdSampling.BALLS_IN_BINS:
+            return random_allocation_epsilon(noise, t, epochs, delta)[0]
+        return gaussian_composition_epsilon(noise, epochs, delta,
+                                            sensitivity=relation.sensitivity)
+
+    name = f"sampler bound ({plan.sampling.value} batches, {relation.value})"
+    if plan.noise is None:
+        epochs = plan.queries // t  # type: ignore[operator]
+        lo, hi = NOISE_RANGE
+        if epsilon(hi, epochs) > target_epsilon:
+            return BudgetRow(accountant=name, method="-", kind="-", epsilon=None,
+                             note=f"no noise <= {hi:g} reaches epsilon {target_epsilon:g}")
+        sigma = smallest_satisfying(lambda s: epsilon(s, epochs), target_epsilon, lo, hi,
+                                    rel_tol=1e-6)
+        bound = _sampler_bound(plan, sigma, epochs, delta)
+        return BudgetRow(accountant=name, method=bound.method,
+                         kind="upper bound" if bound.tight else "upper bound (loose)",
+                         epsilon=bound.epsilon, solved=sigma, note=bound.note)
+    upper = max(1, max_queries // t)
+    if epsilon(plan.noise, 1) > target_epsilon:
+        return BudgetRow(accountant=name, method="-", kind="-", epsilon=None, solved=0,
+                         note="not even one of the epochs fits")
+    lo, hi = 1, upper
+    if epsilon(plan.noise, hi) <= target_epsilon:
+        lo = hi
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if epsilon(plan.noise, mid) <= target_epsilon:
+            lo = mid
+        else:
+            hi = mid - 1
+    bound = _sampler_bound(plan, plan.noise, lo, delta)
+    return BudgetRow(accountant=name, method=bound.method,
+                     kind="upper bound" if bound.tight else "upper bound (loose)",
+                     epsilon=bound.epsilon, solved=lo,
+                     note=(f"the search stops at {max_queries:.0e} queries" if lo == upper
+                           else bound.note))
 
 
 def _not_applicable_row(name: str, exc: Exception) -> BudgetRow:

@@ -35,6 +35,7 @@ __all__ = [
     "calibrate_dp_sgd_noise",
     "dp_sgd_epsilon",
     "max_dp_sgd_epochs",
+    "poisson_epsilon",
 ]
 
 
@@ -122,6 +123,24 @@ def dp_sgd_epsilon(schedule: DpSgdSchedule, *, noise_multiplier: float, epochs: 
     delta = _validate.check_delta(delta, allow_zero=False)
     event = schedule.event(noise_multiplier, epochs)
     return _check_accountant(accountant).make().compose(event).get_epsilon(delta)
+
+
+def poisson_epsilon(sampling_probability: float, noise_multiplier: float, steps: int,
+                    delta: float) -> Epsilon:
+    """Epsilon at ``delta`` of ``steps`` Poisson-subsampled Gaussian steps (add/remove-one).
+
+    The smaller of the PLD and the RDP figures (both upper bounds; PLD is the tighter one
+    except at deltas below its truncated tail mass, where it returns inf and RDP still
+    answers). For a rate and a step count read off a run rather than planned from N and B.
+    """
+    q = _validate.check_probability("sampling_probability", sampling_probability,
+                                    open_low=True)
+    sigma = _validate.check_positive("noise_multiplier", noise_multiplier)
+    steps = _validate.check_int("steps", steps, minimum=1)
+    delta = _validate.check_delta(delta, allow_zero=False)
+    event = _dp.PoissonSampledDpEvent(q, _dp.GaussianDpEvent(sigma))
+    return min((kind.make().compose(event, steps).get_epsilon(delta) for kind in DpSgdAccountant),
+               key=float)
 
 
 def calibrate_dp_sgd_noise(schedule: DpSgdSchedule, *, epochs: int, target_epsilon: float,

@@ -52,6 +52,7 @@ from dpkd_audit.audit.one_run_gaussian import MIN_PER_SIDE, OneRunGaussian, one_
 from dpkd_audit.audit.outputs import KeyCoder, OutputKind, Outputs, prepare_outputs
 
 __all__ = [
+    "HISTOGRAM_BINS",
     "MIN_CANARIES",
     "MIN_RUNS",
     "OneRunAnalysis",
@@ -64,6 +65,7 @@ __all__ = [
     "one_run_guesses",
     "one_run_p_value",
     "resolve_guesses",
+    "score_histogram",
 ]
 
 #: Fewest runs per side of a many-run audit (selection and bound parts of at least
@@ -489,11 +491,7 @@ class OneRunAnalysis(enum.Enum):
         Raises:
             ValueError: Naming ``analysis`` and the allowed values.
         """
-        try:
-            return cls(text)
-        except ValueError:
-            allowed = ", ".join(m.value for m in cls)
-            raise ValueError(f"analysis must be one of {allowed}; got {text!r}") from None
+        return _validate.parse_enum(cls, text, "analysis")
 
     def selected(self) -> tuple[OneRunAnalysis, ...]:
         """The single analyses this choice reports, in the order they are shown."""
@@ -560,3 +558,27 @@ def one_run_analyses(bound: OneRunBound,
         out[one.value] = entry
     return {"analysis": analysis.value, "deciding": analysis.deciding().value,
             "analyses": out}
+
+
+# --------------------------------------------------------------------------- records
+
+#: Bins of the score histograms kept in a record.
+HISTOGRAM_BINS = 60
+
+
+def score_histogram(scores_x: Any, scores_x_prime: Any,
+                    bins: int = HISTOGRAM_BINS) -> dict[str, list[float]]:
+    """Counts of the two sides' scores on shared bin edges (what the record keeps for plots)."""
+    a = np.asarray(scores_x, dtype=np.float64)
+    b = np.asarray(scores_x_prime, dtype=np.float64)
+    pooled = np.concatenate([a, b])
+    if pooled.size == 0 or not np.all(np.isfinite(pooled)):
+        raise ValueError("scores must be non-empty and finite")
+    lo, hi = float(np.min(pooled)), float(np.max(pooled))
+    if np.all(pooled == np.round(pooled)) and hi - lo < 4 * bins:  # integer scores: one bin each
+        edges = np.arange(lo - 0.5, hi + 1.0, 1.0)
+    else:
+        edges = np.linspace(lo, max(hi, lo + 1.0), bins + 1)
+    return {"edges": edges.tolist(),
+            "x": np.histogram(a, edges)[0].astype(int).tolist(),
+            "x_prime": np.histogram(b, edges)[0].astype(int).tolist()}

@@ -163,7 +163,7 @@ def _cmd_audit_run_one_run(args: argparse.Namespace) -> int:
 
 def _write_one_run(args: argparse.Namespace, config: Any, fields: dict[str, Any],
                    scores: Any, included: Any, score_name: str) -> Path:
-    from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
+    from dpkd_audit.devices import describe_device, resolve_device
     from dpkd_audit.provenance import provenance
     from dpkd_audit.reports.training_audit import plot_pipeline_audit, score_histogram
 
@@ -190,8 +190,8 @@ def _guess_counts(bound: Any) -> str:
 
 def _audit_record_level(args: argparse.Namespace, pipeline: Any, config: Any,
                         guesses: tuple[int, int]) -> int:
-    from dpkd_audit.pipelines.common.canaries import RecordCanaries
     from dpkd_audit.pipelines.common.record_audit import audit_record_level
+    from dpkd_audit.training_audit.canaries import RecordCanaries
 
     canaries = RecordCanaries(count=args.canaries, seed=args.audit_seed)
     data = pipeline.load_data(config, data_dir=args.data_dir, progress=not args.quiet)
@@ -216,8 +216,8 @@ def _audit_record_level(args: argparse.Namespace, pipeline: Any, config: Any,
 
 def _audit_dp_sgd(args: argparse.Namespace, pipeline: Any, config: Any,
                   guesses: tuple[int, int]) -> int:
-    from dpkd_audit.pipelines.common.canaries import GradientCanaries
     from dpkd_audit.pipelines.common.dp_sgd_audit import audit_dp_sgd
+    from dpkd_audit.training_audit.canaries import GradientCanaries
 
     if args.pipeline == "dgd":
         role, model = "baseline", config.dp_baseline

@@ -22,7 +22,7 @@ from dpkd_audit.cli.arguments import (
     positive_float,
 )
 from dpkd_audit.cli.audit_run import add_audit_run_parser
-from dpkd_audit.cli.names import ATTACKS, PLAN_KINDS, name_type
+from dpkd_audit.cli.names import ATTACKS, BATCH_RELATIONS, PLAN_KINDS, SAMPLINGS, name_type
 from dpkd_audit.cli.paths import check_output_dir, output_file
 from dpkd_audit.cli.pipelines import add_pipeline_parsers
 from dpkd_audit.cli.report import add_report_parser
@@ -272,14 +272,20 @@ def _budget(args: argparse.Namespace) -> int:
         raise ValueError("--queries is derived for dp-sgd (epochs x ceil(dataset_size / "
                          "batch_size) steps): give --epochs instead")
     if not sgd:
-        for name in ("dataset_size", "batch_size", "epochs"):
+        for name in ("dataset_size", "batch_size", "epochs", "relation"):
             if getattr(args, name) is not None:
                 raise ValueError(f"--{name.replace('_', '-')} applies only to the dp-sgd plan; "
                                  f"got {kind.value}")
+        if args.sampling != "poisson":
+            raise ValueError(f"--sampling applies only to the dp-sgd plan; got {kind.value}")
+    from dpkd_audit.accountants.dp_sgd_sampling import BatchRelation, DpSgdSampling
+
     plan = Plan(kind=kind, noise=args.noise, queries=args.queries,
                 sampling_probability=args.sampling_probability, num_classes=args.classes,
                 num_users=args.users, dataset_size=args.dataset_size,
-                batch_size=args.batch_size, epochs=args.epochs)
+                batch_size=args.batch_size, epochs=args.epochs,
+                sampling=DpSgdSampling(args.sampling) if sgd else DpSgdSampling.POISSON,
+                relation=None if args.relation is None else BatchRelation(args.relation))
     count = "epochs" if sgd else "queries"
     given_count = args.epochs if sgd else args.queries
     if args.target_epsilon is None:
@@ -297,7 +303,8 @@ def _budget(args: argparse.Namespace) -> int:
                    "classes": args.classes, "users": args.users}
     if sgd:
         plan_record.update(dataset_size=args.dataset_size, batch_size=args.batch_size,
-                           epochs=args.epochs, steps_per_epoch=plan.steps_per_epoch)
+                           epochs=args.epochs, steps_per_epoch=plan.steps_per_epoch,
+                           sampling=args.sampling, relation=args.relation)
     if args.json:
         print(json.dumps({
             "plan": plan_record, "delta": args.delta, "target_epsilon": args.target_epsilon,
@@ -306,9 +313,12 @@ def _budget(args: argparse.Namespace) -> int:
     what = (f"{kind.value}, noise={args.noise if args.noise is not None else '?'} "
             f"({NOISE_MEANING[kind]}), {count}="
             f"{given_count if given_count is not None else '?'}")
-    if sgd:
+    if sgd and plan.poisson:
         what += (f", {args.dataset_size} records, batch {args.batch_size} "
                  f"(q = {plan.sampling_probability:.6g}, {plan.steps_per_epoch} steps/epoch)")
+    elif sgd:
+        what += (f", {args.dataset_size} records, {args.sampling} batches of {args.batch_size} "
+                 f"({plan.steps_per_epoch} steps/epoch, each record in one per epoch)")
     print(f"plan: {what}; delta={args.delta:g}")
     headers = ["accountant", "method", "bound", "epsilon"]
     if solved_name:
@@ -511,6 +521,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int,
                    help="expected batch size B (dp-sgd; Poisson rate 1/ceil(N/B), as Opacus)")
     p.add_argument("--epochs", type=int, help="epochs (dp-sgd)")
+    p.add_argument("--sampling", type=name_type(SAMPLINGS, "sampling"), default="poisson",
+                   help="how dp-sgd's batches are drawn: poisson (default; Opacus's "
+                        "DPDataLoader and accountant), shuffle (DataLoader(shuffle=True) cut "
+                        "into fixed batches), sequential (shuffle=False) or balls-in-bins (each "
+                        "record to one random step per epoch): each sampler's own upper bound, "
+                        "a lower bound for shuffle, and Poisson's figure beside them")
+    p.add_argument("--relation", type=name_type(BATCH_RELATIONS, "relation"),
+                   help="neighbouring relation of a non-Poisson dp-sgd bound: zero-out "
+                        "(default for shuffle/sequential) or replace-one; add/remove-one for "
+                        "balls-in-bins")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_budget)
 

@@ -13,11 +13,18 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
-__all__ = ["ATTACKS", "ONE_RUN_ANALYSES", "PLAN_KINDS", "flag_form", "name_key", "name_type"]
+__all__ = ["ATTACKS", "BATCH_RELATIONS", "ONE_RUN_ANALYSES", "PLAN_KINDS", "SAMPLINGS",
+           "flag_form", "name_key", "name_type"]
 
 #: ``dpkd budget MECHANISM``: the values of ``PlanKind``.
 PLAN_KINDS = ("laplace", "laplace-noisy-max", "gaussian", "subsampled-gaussian",
               "randomized-response", "shuffle", "dp-sgd")
+
+#: ``dpkd budget dp-sgd --sampling``: the values of ``DpSgdSampling``.
+SAMPLINGS = ("poisson", "shuffle", "sequential", "balls-in-bins")
+
+#: ``dpkd budget dp-sgd --relation``: the values of ``BatchRelation``.
+BATCH_RELATIONS = ("add/remove-one", "zero-out", "replace-one")
 
 #: ``dpkd audit --attack``: the values of ``Attack``.
 ATTACKS = ("threshold", "histogram", "classifier", "coordinate", "float_bits", "auto",

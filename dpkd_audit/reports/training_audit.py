@@ -16,29 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from dpkd_audit.audit.training import score_histogram
+
 __all__ = ["pipeline_audit_markdown", "plot_pipeline_audit", "score_histogram"]
-
-#: Bins of the score histograms kept in a record.
-HISTOGRAM_BINS = 60
-
-
-def score_histogram(scores_x: Any, scores_x_prime: Any,
-                    bins: int = HISTOGRAM_BINS) -> dict[str, list[float]]:
-    """Counts of the two sides' scores on shared bin edges (what the record keeps for plots)."""
-    a = np.asarray(scores_x, dtype=np.float64)
-    b = np.asarray(scores_x_prime, dtype=np.float64)
-    pooled = np.concatenate([a, b])
-    if pooled.size == 0 or not np.all(np.isfinite(pooled)):
-        raise ValueError("scores must be non-empty and finite")
-    lo, hi = float(np.min(pooled)), float(np.max(pooled))
-    if np.all(pooled == np.round(pooled)) and hi - lo < 4 * bins:  # integer scores: one bin each
-        edges = np.arange(lo - 0.5, hi + 1.0, 1.0)
-    else:
-        edges = np.linspace(lo, max(hi, lo + 1.0), bins + 1)
-    return {"edges": edges.tolist(),
-            "x": np.histogram(a, edges)[0].astype(int).tolist(),
-            "x_prime": np.histogram(b, edges)[0].astype(int).tolist()}
-
 
 def _fmt(value: Any) -> str:
     if value is None:

@@ -15,7 +15,7 @@ import numpy as np
 from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as _pld
 
-from dpkd_audit._math.privacy import analytic_gaussian_delta, smallest_satisfying
+from dpkd_audit._math.privacy import analytic_gaussian_epsilon
 
 
 @functools.lru_cache(maxsize=4)  # keyed by pmf identity: the composed history's pmfs
@@ -85,15 +85,5 @@ def _pld_delta(pld: _pld.PrivacyLossDistribution, epsilon: float) -> float:
 
 
 def _gaussian_epsilon(sigma: float, delta: float) -> float:
-    """Exact epsilon of N(0, sigma^2) vs N(1, sigma^2) at ``delta`` (Balle-Wang 2018, Thm 8).
-
-    Bisection on the exact curve; the upper end of the final bracket is returned, so the
-    curve at the returned epsilon is <= ``delta`` (never below the exact epsilon).
-    """
-    if analytic_gaussian_delta(0.0, sigma) <= delta:
-        return 0.0
-    hi = 1.0
-    while analytic_gaussian_delta(hi, sigma) > delta:
-        hi *= 2.0
-    return smallest_satisfying(lambda e: analytic_gaussian_delta(e, sigma), delta, 0.0, hi,
-                               rel_tol=1e-13)
+    """Exact epsilon of N(0, sigma^2) vs N(1, sigma^2) at ``delta`` (Balle-Wang 2018, Thm 8)."""
+    return analytic_gaussian_epsilon(sigma, delta)

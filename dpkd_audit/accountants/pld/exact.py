@@ -37,6 +37,7 @@ from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as _pld
 from scipy import special, stats
 
+from dpkd_audit._math.powers import combine_power
 from dpkd_audit.accountants.binomial import binomial_window
 
 __all__ = [
@@ -239,14 +240,7 @@ def lattice_power(atoms: LatticeAtoms, count: int) -> tuple[int, np.ndarray, flo
     lost, survive = _survival(atoms.infinity_mass, count)
     conditional = np.asarray(atoms.probs, dtype=np.float64) / (1.0 - atoms.infinity_mass)
     base = _trim(atoms.offset, conditional)
-    result = None
-    while count:
-        if count & 1:
-            result = base if result is None else _convolve(result, base)
-        count >>= 1
-        if count:
-            base = _convolve(base, base)
-    offset, probs, trimmed = result
+    offset, probs, trimmed = combine_power(base, count, _convolve)
     return offset, survive * probs, lost + survive * trimmed
 
 

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812  (conventional alias)
 
 from dpkd_audit import _validate
-from dpkd_audit.pipelines.common.devices import resolve_device
+from dpkd_audit.devices import resolve_device
 from dpkd_audit.pipelines.common.student import StudentConfig, augment_batch, build_student
 
 __all__ = [

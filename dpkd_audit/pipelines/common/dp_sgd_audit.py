@@ -3,7 +3,7 @@
 The DP-SGD teacher of DP-DFD's ``sound`` mode and the DP-SGD baseline of DGD's are trained
 exactly as in a run (:func:`~dpkd_audit.pipelines.common.dp_teacher.train_dp_teacher`, the plan
 the pipeline calibrates for its target, charged to a fresh ledger of the pipeline's), with ``m``
-Dirac gradient canaries (:mod:`~dpkd_audit.pipelines.common.canaries`), each inserted with
+Dirac gradient canaries (:mod:`~dpkd_audit.training_audit.canaries`), each inserted with
 probability 1/2. The one-run bound of Steinke, Nasr and Jagielski 2023
 (:func:`~dpkd_audit.audit.training.one_run_bound`) is then tested against the epsilon of the
 DP-SGD event alone (its share of the run's target; PLD accounting, add/remove-one, the
@@ -36,9 +36,10 @@ from dpkd_audit.audit.training import (
 )
 from dpkd_audit.data import Dataset
 from dpkd_audit.ledger import Ledger
-from dpkd_audit.pipelines.common.canaries import GradientCanaries
 from dpkd_audit.pipelines.common.dp_teacher import DpSgdConfig, DpSgdPlan, train_dp_teacher
 from dpkd_audit.pipelines.common.teacher import TeacherConfig
+from dpkd_audit.training_audit.canaries import GradientCanaries
+from dpkd_audit.training_audit.records import one_run_fields
 
 # default_guesses and resolve_guesses live in dpkd_audit.audit.training (numpy only, shared with
 # the record-level audit); re-exported here, where they were first defined
@@ -63,7 +64,7 @@ class DpSgdAudit:
             final weight, the score before issue 34) would have made with the same guess
             counts: a comparison, not a second bound.
         placement: Where the canaries' coordinates were
-            (:class:`~dpkd_audit.pipelines.common.canaries.CanaryPlacement`).
+            (:class:`~dpkd_audit.training_audit.canaries.CanaryPlacement`).
     """
 
     role: str
@@ -82,37 +83,16 @@ class DpSgdAudit:
         """The audit's fields of a pipeline-audit record (the caller adds the pipeline's)."""
         bound = self.bound
         return {
-            "kind": "pipeline-audit",
-            "estimator": "one-run",
+            **one_run_fields(bound),
             "stage": f"DP-SGD {self.role}",
             "epsilon_claimed": self.epsilon_dp_sgd,
             "epsilon_target": self.plan.target_epsilon,
-            "delta": bound.delta,
-            "epsilon_lower": bound.epsilon_lower,
-            # the same guesses through the claim's Gaussian trade-off curve (issue 34;
-            # Mahloujifar-Melis-Chaudhuri 2025): None when delta = 0
-            "epsilon_lower_fdp": bound.epsilon_lower_fdp,
-            # the scores, not the guesses, through Gaussian fits of the inserted and left-out
-            # canaries (Agrawal et al. 2026): an estimate under the Gaussian model, not a
-            # distribution-free bound; None when delta = 0
-            "epsilon_lower_gaussian": bound.epsilon_lower_gaussian,
-            "gaussian_fit": None if bound.gaussian is None else bound.gaussian.to_dict(),
-            "confidence": bound.confidence,
-            "verdict": bound.verdict,
             "neighbouring": ("add/remove-one: each Dirac gradient canary is a record added "
                              "with probability 1/2 (Steinke, Nasr, Jagielski 2023)"),
             "claim_note": ("epsilon_claimed is the DP-SGD event's own epsilon (PLD, add/remove-"
                            "one) - its share of the run's record-level target epsilon_target; "
                            "a bound below it is not evidence of privacy"),
-            "canaries": bound.canaries,
-            "included": bound.included,
-            "guesses": bound.guesses,  # made in all: guesses_in + guesses_out
-            "guesses_in": bound.guesses_in,  # on the highest scores
-            "guesses_out": bound.guesses_out,  # on the lowest scores (0: "in" only)
-            "correct": bound.correct,
-            "p_value_at_claim": bound.p_value_at_claim,
             "canary_rows": self.canary_rows,
-            "runs_per_side": 1,
             "attack": ("white-box Dirac gradient canaries, score = log-likelihood ratio of "
                        "each step's update of the canary's coordinate (subsampled Gaussian)"),
             # dedicated: coordinates no real record's gradient touches (CanaryTap, issue 34)

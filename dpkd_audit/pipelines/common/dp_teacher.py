@@ -33,17 +33,17 @@ from dpkd_audit.accountants.dp_sgd import (
     DpSgdSchedule,
     calibrate_dp_sgd_noise,
 )
+from dpkd_audit.devices import resolve_device
 from dpkd_audit.ledger import Ledger
-from dpkd_audit.pipelines.common.canaries import (
+from dpkd_audit.pipelines.common.progress import progress_counter
+from dpkd_audit.pipelines.common.teacher import TeacherConfig, build_teacher
+from dpkd_audit.training_audit.canaries import (
     CanaryPlacement,
     CanaryScoring,
     CanaryTap,
     GradientCanaries,
     GradientCanaryInjector,
 )
-from dpkd_audit.pipelines.common.devices import resolve_device
-from dpkd_audit.pipelines.common.progress import progress_counter
-from dpkd_audit.pipelines.common.teacher import TeacherConfig, build_teacher
 
 __all__ = ["DpSgdConfig", "DpSgdPlan", "DpTeacherResult", "finite_or_none", "plan_dp_sgd",
            "train_dp_teacher"]
@@ -166,7 +166,7 @@ class DpTeacherResult:
         model: The trained model (GroupNorm in place of BatchNorm), eval mode.
         canary_scores: With gradient canaries, each canary's score (the log-likelihood ratio
             over every step's update of its coordinate;
-            :mod:`~dpkd_audit.pipelines.common.canaries`), else ``None``.
+            :mod:`~dpkd_audit.training_audit.canaries`), else ``None``.
         canary_samples: How many canary gradient rows the run added (all steps).
         canary_sum_scores: The sum of the updates (initial minus final weight), the score
             before issue 34: kept for comparison, never used for the bound.
@@ -215,7 +215,7 @@ def train_dp_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int
         device: CPU or CUDA.
         progress: A tqdm bar over steps.
         canaries: White-box gradient canaries for an audit
-            (:mod:`~dpkd_audit.pipelines.common.canaries`): the inserted ones are
+            (:mod:`~dpkd_audit.training_audit.canaries`): the inserted ones are
             Poisson-sampled like every record and their rows ``C e_j`` join Opacus's clipped
             sum before the noise; their scores (accumulated as the run goes) are in the
             result.

@@ -57,8 +57,8 @@ import torch.nn.functional as F  # noqa: N812  (conventional alias)
 from torch import nn
 
 from dpkd_audit import _validate
+from dpkd_audit.devices import resolve_device
 from dpkd_audit.pipelines.common.config import parse_enum
-from dpkd_audit.pipelines.common.devices import resolve_device
 from dpkd_audit.pipelines.common.progress import progress_counter
 from dpkd_audit.pipelines.common.student import StudentConfig, augment_batch
 

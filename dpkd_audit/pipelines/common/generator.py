@@ -66,8 +66,8 @@ import torch.nn.functional as F  # noqa: N812  (conventional alias)
 from torch import nn
 
 from dpkd_audit import _validate
+from dpkd_audit.devices import resolve_device
 from dpkd_audit.pipelines.common.config import parse_enum
-from dpkd_audit.pipelines.common.devices import resolve_device
 from dpkd_audit.pipelines.common.progress import TailMeans, progress_counter
 from dpkd_audit.pipelines.common.teacher import penultimate_features
 

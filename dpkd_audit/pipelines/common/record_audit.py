@@ -1,7 +1,7 @@
 """Record-level one-run audit of a whole distillation pipeline with mislabeled canaries.
 
 The pipeline (DP-DFD or DGD, either mode) runs once, through its own ``run``, on its private
-split with ``m`` mislabeled record canaries (:class:`~dpkd_audit.pipelines.common.canaries.
+split with ``m`` mislabeled record canaries (:class:`~dpkd_audit.training_audit.canaries.
 RecordCanaries`), each inserted with probability 1/2; the released student is then scored on
 every canary image: ``log p(wrong label) - log p(true label)`` (higher: the student learnt the
 canary's wrong label, i.e. it was in the private set). The one-run bound of Steinke, Nasr and
@@ -26,8 +26,9 @@ import torch
 
 from dpkd_audit import _validate
 from dpkd_audit.audit.training import OneRunBound, one_run_bound, resolve_guesses
-from dpkd_audit.pipelines.common.canaries import RecordCanaries
 from dpkd_audit.pipelines.common.loading import LoadedData
+from dpkd_audit.training_audit.canaries import RecordCanaries
+from dpkd_audit.training_audit.records import one_run_fields
 
 __all__ = ["RecordAudit", "audit_record_level", "student_scores"]
 
@@ -76,35 +77,14 @@ class RecordAudit:
         bound = self.bound
         run = self.run_record
         return {
-            "kind": "pipeline-audit",
-            "estimator": "one-run",
+            **one_run_fields(bound),
             "stage": "whole pipeline (released student)",
             "epsilon_claimed": bound.epsilon_claimed,
             "claim_note": self.claim,
             "epsilon_published": run.get("epsilon_published"),
             "epsilon_record_level": run.get("epsilon_record_level"),
-            "delta": bound.delta,
-            "epsilon_lower": bound.epsilon_lower,
-            # the same guesses through the claim's Gaussian trade-off curve (issue 34;
-            # Mahloujifar-Melis-Chaudhuri 2025): None when delta = 0
-            "epsilon_lower_fdp": bound.epsilon_lower_fdp,
-            # the scores, not the guesses, through Gaussian fits of the inserted and left-out
-            # canaries (Agrawal et al. 2026): an estimate under the Gaussian model, not a
-            # distribution-free bound; None when delta = 0
-            "epsilon_lower_gaussian": bound.epsilon_lower_gaussian,
-            "gaussian_fit": None if bound.gaussian is None else bound.gaussian.to_dict(),
-            "confidence": bound.confidence,
-            "verdict": bound.verdict,
             "neighbouring": ("add/remove-one: each mislabeled canary record is in the private "
                              "set with probability 1/2"),
-            "canaries": bound.canaries,
-            "included": bound.included,
-            "guesses": bound.guesses,  # made in all: guesses_in + guesses_out
-            "guesses_in": bound.guesses_in,  # on the highest scores
-            "guesses_out": bound.guesses_out,  # on the lowest scores (0: "in" only)
-            "correct": bound.correct,
-            "p_value_at_claim": bound.p_value_at_claim,
-            "runs_per_side": 1,
             "attack": "black-box: log p(wrong label) - log p(true label) of the released "
                       "student on each canary image",
             "test_accuracy": self.test_accuracy,

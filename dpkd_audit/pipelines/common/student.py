@@ -40,7 +40,7 @@ import torch.nn.functional as F  # noqa: N812  (conventional alias)
 from torch import nn
 
 from dpkd_audit import _validate
-from dpkd_audit.pipelines.common.devices import resolve_device
+from dpkd_audit.devices import resolve_device
 from dpkd_audit.pipelines.common.progress import progress_counter
 
 __all__ = [

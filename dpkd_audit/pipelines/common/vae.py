@@ -32,7 +32,7 @@ import torch.nn.functional as F  # noqa: N812  (conventional alias)
 from torch import nn
 
 from dpkd_audit import _validate
-from dpkd_audit.pipelines.common.devices import resolve_device
+from dpkd_audit.devices import resolve_device
 from dpkd_audit.pipelines.common.progress import TailMeans, progress_counter
 
 __all__ = ["ConvVae", "VaeConfig", "VaeResult", "train_vae", "vae_loss"]

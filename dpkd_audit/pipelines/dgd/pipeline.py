@@ -68,11 +68,11 @@ from dpkd_audit.accountants import PATEAccountant, PureAccountant
 from dpkd_audit.accountants.advanced import dgd_published_epsilon
 from dpkd_audit.accountants.base import NeighboringRelation
 from dpkd_audit.accountants.rdp import RDPAccountant
+from dpkd_audit.devices import describe_device, resolve_device
 from dpkd_audit.errors import BudgetExceededError
 from dpkd_audit.events import event_to_json
 from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms import Gaussian, LaplaceNoisyMax, LatentCodeLaplace
-from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.dp_statistics import (
     FeatureStatistics,
     ReferenceStatistics,

@@ -55,6 +55,7 @@ from dpkd_audit import _validate
 from dpkd_audit.accountants import PureAccountant
 from dpkd_audit.accountants.base import NeighboringRelation
 from dpkd_audit.accountants.rdp import RDPAccountant
+from dpkd_audit.devices import describe_device, resolve_device
 from dpkd_audit.errors import BudgetExceededError
 from dpkd_audit.events import event_to_json
 from dpkd_audit.ledger import Ledger
@@ -66,7 +67,6 @@ from dpkd_audit.pipelines.common.class_coverage import (
     class_coverage,
     warn_classes_at_risk,
 )
-from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.distill import ReleaseChannel, StagedStudent
 from dpkd_audit.pipelines.common.dp_statistics import (
     FeatureStatistics,

@@ -38,10 +38,10 @@ import torch
 from dpkd_audit import _validate
 from dpkd_audit.accountants import PureAccountant, ShuffleAccountant
 from dpkd_audit.data import Splits, load_dataset, rknn_splits
+from dpkd_audit.devices import describe_device, resolve_device
 from dpkd_audit.events import event_to_json
 from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms.rknn import noisy_argmax
-from dpkd_audit.pipelines.common.devices import describe_device, resolve_device
 from dpkd_audit.pipelines.common.progress import StageTimer
 from dpkd_audit.pipelines.common.representations import (
     RepresentationKind,

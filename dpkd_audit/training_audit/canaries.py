@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -55,6 +54,7 @@ from torch import nn
 from dpkd_audit import _validate
 from dpkd_audit.audit.training import MIN_CANARIES, canary_inclusion
 from dpkd_audit.data import Dataset
+from dpkd_audit.training_audit.participation import PoissonParticipation, poisson_step_log_ratio
 
 __all__ = ["CanaryPlacement", "CanaryScoring", "CanaryTap", "GradientCanaries",
            "GradientCanaryInjector", "RecordCanaries"]
@@ -284,7 +284,8 @@ class GradientCanaryInjector:
         offsets = np.cumsum([0, *sizes])
         self._owner = np.searchsorted(offsets, self.coordinates, side="right") - 1
         self._local = self.coordinates - offsets[self._owner]
-        self._rng = np.random.default_rng([canaries.seed, 0xCA4A, 4])
+        self._participation = PoissonParticipation(self.included, sampling_probability=self.q,
+                                                   seed=canaries.seed)
         self._gather = []  # per parameter: (local indices, positions among the canaries)
         for index, p in enumerate(self.params):
             pos = np.flatnonzero(self._owner == index)
@@ -335,8 +336,7 @@ class GradientCanaryInjector:
         On an empty real batch, gives every parameter an empty per-sample gradient, so that
         Opacus's step still adds the canaries and the noise.
         """
-        self._picked = np.flatnonzero(self.included
-                                      & (self._rng.random(self.included.size) < self.q))
+        self._picked = self._participation.draw()
         for p in self.params:
             if getattr(p, "grad_sample", None) is None:
                 p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
@@ -369,9 +369,8 @@ class GradientCanaryInjector:
         self._previous = theta
 
     def _step_scores(self, y: np.ndarray, sigma: float) -> np.ndarray:
-        """``log(1 - q + q exp((y - 1/2) / sigma^2))``: one step's log-likelihood ratio."""
-        a = (y - 0.5) / (sigma * sigma)
-        return np.logaddexp(math.log1p(-self.q), math.log(self.q) + a) if self.q < 1 else a
+        """One step's log-likelihood ratio (``poisson_step_log_ratio``)."""
+        return poisson_step_log_ratio(y, self.q, sigma)
 
     def sum_scores(self) -> np.ndarray:
         """``theta_0[j] - theta_T[j]`` per canary: the sum of the updates (before issue 34)."""
