@@ -424,3 +424,32 @@ def test_one_run_validity_game_and_a_wrong_claim():
         refuted += bound.epsilon_lower > wrong
     assert above <= 0.05 * games + 3 * math.sqrt(0.05 * 0.95 * games)
     assert refuted >= 0.8 * games
+
+
+# --------------------------------------------------------------------------- the real client
+
+def test_opacus_mnist_example_loop_audited_on_digits(tmp_path):
+    """benchmarks/opacus_mnist_audit.py: Opacus's example loop with the three attach lines."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "opacus_mnist_audit.py"
+    spec = importlib.util.spec_from_file_location("opacus_mnist_audit", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    threads = torch.get_num_threads()
+    try:
+        summary = module.main(["--dataset", "digits", "--epochs", "2", "--canaries", "3000",
+                               "--compare", "--quiet", "--threads", "1", "--out",
+                               str(tmp_path / "out")])
+    finally:
+        torch.set_num_threads(threads)
+    result = summary["result"]
+    assert result.report.ok and result.steps == 2 * 19  # digits: 1,200 train, ceil(1200 / 64)
+    plain, audited = summary["runs"]
+    assert plain["noise_multiplier"] == audited["noise_multiplier"] == 1.0
+    assert plain["epsilon_opacus"] == pytest.approx(audited["epsilon_opacus"])
+    record = json.loads((tmp_path / "out" / "audit.json").read_text())
+    assert record["pipeline"] == "opacus mnist example" and record["dataset"] == "digits"
+    assert record["command"].startswith("python benchmarks/opacus_mnist_audit.py --dataset")
+    assert json.loads((tmp_path / "out" / "compare.json").read_text())["time_ratio"] > 0
