@@ -67,6 +67,38 @@ def _add_log(acc: np.ndarray, x: np.ndarray) -> np.ndarray:
     return high + np.log1p(np.exp(np.where(np.isnan(low), -np.inf, low)))
 
 
+class _LogSum:
+    """Running ``log sum exp`` of the steps' arrays.
+
+    A plain sum of exponentials while every value stays in [-600, 600] (exp neither overflows
+    nor underflows there, even summed over 10^6 steps); the log-domain form from the first
+    step that leaves that range.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._linear = np.zeros(size)
+        self._log: np.ndarray | None = None
+
+    def add(self, x: np.ndarray) -> None:
+        if self._log is None and -600.0 < x.min() and x.max() < 600.0:
+            self._linear += np.exp(x)
+            return
+        if self._log is None:
+            with np.errstate(divide="ignore"):
+                self._log = np.log(self._linear)
+        self._log = _add_log(self._log, x)
+
+    def value(self) -> np.ndarray:
+        if self._log is not None:
+            return self._log
+        with np.errstate(divide="ignore"):
+            return np.log(self._linear)
+
+    def reset(self) -> None:
+        self._linear.fill(0.0)
+        self._log = None
+
+
 class PoissonParticipation:
     """Each inserted canary joins each step independently with probability q.
 
@@ -134,8 +166,8 @@ class AllocationParticipation:
         self._starts = np.zeros(self.t + 1, dtype=np.int64)
         self.step = 0  # logical steps drawn so far
         self._scored = 0  # steps scored so far
-        self._acc_in = np.full(m, -np.inf)
-        self._acc_out = np.full(m, -np.inf)
+        self._acc_in = _LogSum(m)
+        self._acc_out = _LogSum(m)
         self._scores = np.zeros(m)
 
     def _new_epoch(self) -> None:
@@ -161,9 +193,9 @@ class AllocationParticipation:
         """Fold one step's readings ``y`` (units of C, every canary) into the scores."""
         y = np.asarray(y, dtype=np.float64)
         s2 = self.sigma * self.sigma
-        self._acc_in = _add_log(self._acc_in, ((2.0 * y - 2.0) if self.crowd else (y - 0.5)) / s2)
+        self._acc_in.add(((2.0 * y - 2.0) if self.crowd else (y - 0.5)) / s2)
         if self.crowd:
-            self._acc_out = _add_log(self._acc_out, (y - 0.5) / s2)
+            self._acc_out.add((y - 0.5) / s2)
         self._scored += 1
         if self._scored % self.t == 0:
             self._close_epoch(0)
@@ -171,15 +203,15 @@ class AllocationParticipation:
     def _epoch_ratio(self, unseen: int) -> np.ndarray:
         """The epoch's log-likelihood ratio; ``unseen`` slots (a cut-short epoch) count as 1."""
         tail = math.log(unseen) if unseen else -math.inf
-        acc_in = np.logaddexp(self._acc_in, tail)
-        acc_out = (np.logaddexp(self._acc_out, tail) if self.crowd
+        acc_in = np.logaddexp(self._acc_in.value(), tail)
+        acc_out = (np.logaddexp(self._acc_out.value(), tail) if self.crowd
                    else np.full(acc_in.shape, math.log(self.t)))
         return acc_in - acc_out
 
     def _close_epoch(self, unseen: int) -> None:
         self._scores += self._epoch_ratio(unseen)
-        self._acc_in.fill(-np.inf)
-        self._acc_out.fill(-np.inf)
+        self._acc_in.reset()
+        self._acc_out.reset()
 
     def scores(self) -> np.ndarray:
         """Every canary's log-likelihood-ratio score so far (a cut-short epoch included)."""
