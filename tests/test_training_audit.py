@@ -453,3 +453,35 @@ def test_opacus_mnist_example_loop_audited_on_digits(tmp_path):
     assert record["pipeline"] == "opacus mnist example" and record["dataset"] == "digits"
     assert record["command"].startswith("python benchmarks/opacus_mnist_audit.py --dataset")
     assert json.loads((tmp_path / "out" / "compare.json").read_text())["time_ratio"] > 0
+
+
+def test_independent_coordinates_validity_game_and_a_wrong_analysis():
+    """The canaries read as independent runs, on simulated Poisson readings at a known epsilon.
+
+    200 games: the many-run bound (threshold chosen on half of each side, Clopper-Pearson on
+    the rest) exceeds the true epsilon at most at the nominal 5% (+3 SD, false failure below
+    0.2%). The deliberately wrong analysis - a scorer that peeks at which canaries were
+    inserted (one standard deviation of the scores added to theirs), as a buggy scorer reading
+    ``included`` would - exceeds it in most games (measured: 40 of 40), so the game can fail.
+    """
+    from dpkd_audit.audit.training import many_run_bound
+
+    sigma, q, steps, m, delta = 8.0, 1.0, 1, 2000, 1e-5  # true epsilon 0.434
+    truth = float(poisson_epsilon(q, sigma, steps, delta))
+    rng = np.random.default_rng(21)
+    games, right, wrong = 200, 0, 0
+    for game in range(games):
+        included = rng.random(m) < 0.5
+        joined = included[None, :] & (rng.random((steps, m)) < q)
+        scores = poisson_step_log_ratio(joined + rng.normal(0, sigma, (steps, m)), q,
+                                        sigma).sum(axis=0)
+        peeked = scores + scores.std() * included
+        for values, count in ((scores, "right"), (peeked, "wrong")):
+            bound = many_run_bound(values[included], values[~included], epsilon=truth,
+                                   delta=delta, rng=np.random.default_rng(game))
+            if bound.epsilon_lower > truth:
+                right += count == "right"
+                wrong += count == "wrong"
+    limit = 0.05 * games + 3 * math.sqrt(0.05 * 0.95 * games)
+    assert right <= limit
+    assert wrong > games / 2

@@ -50,7 +50,7 @@ from dpkd_audit.training_audit.config import AuditConfig
 from dpkd_audit.training_audit.participation import (
     AllocationParticipation,
     PoissonParticipation,
-    poisson_step_log_ratio,
+    poisson_step_log_ratio_f32,
 )
 from dpkd_audit.training_audit.result import OpacusAuditResult
 from dpkd_audit.training_audit.sampler_check import (
@@ -185,6 +185,8 @@ class OpacusAudit:
         self._included = self.canaries.included
         if self.config.placement is CanaryPlacement.DEDICATED:
             self._tap = torch.nn.Parameter(torch.zeros(m, dtype=first.dtype, device=first.device))
+            self._rows_buffer = torch.zeros_like(self._tap.detach())
+            self._last_picked: torch.Tensor | None = None
             optimizer.original_optimizer.add_param_group({"params": [self._tap]})
             self._group = optimizer.original_optimizer.param_groups[-1]
             self._where: list[tuple[torch.nn.Parameter, torch.Tensor, np.ndarray]] = [
@@ -292,10 +294,19 @@ class OpacusAudit:
         picked, weights = self._participation.rows()
         self._rows += int(np.count_nonzero(self._included[picked]))
         if self._tap is not None:
-            rows = torch.zeros_like(self._tap)
+            # one buffer for every step: the last step's entries zeroed, this step's written
+            # (Opacus reads summed_grad into a new p.grad and marks the tensor processed)
+            rows = self._rows_buffer
+            if self._last_picked is not None:
+                rows[self._last_picked] = 0.0
+            self._last_picked = None
             if picked.size:
-                rows[torch.as_tensor(picked, device=rows.device)] = torch.as_tensor(
-                    weights * self._clip, dtype=rows.dtype, device=rows.device)
+                index = torch.as_tensor(picked, device=rows.device)
+                rows[index] = torch.as_tensor(weights * self._clip, dtype=rows.dtype,
+                                              device=rows.device)
+                self._last_picked = index
+            if hasattr(rows, "_processed"):
+                del rows._processed
             self._tap.summed_grad = rows
             return
         weight_of = np.zeros(self.canaries.count)
@@ -318,16 +329,16 @@ class OpacusAudit:
         if optimizer.loss_reduction == "mean":
             factor = float(optimizer.expected_batch_size) * optimizer.accumulated_iterations
         if self._tap is not None:  # the dedicated tensor: every entry is a canary's
-            y = self._tap.grad.detach().double().cpu().numpy()
+            y = self._tap.grad.detach().float().cpu().numpy()
         else:
-            y = np.empty(self.canaries.count)
+            y = np.empty(self.canaries.count, dtype=np.float32)
             for p, local, pos in self._where:
-                y[pos] = p.grad.reshape(-1)[local].double().cpu().numpy()
-        y = y * (factor / self._clip)
+                y[pos] = p.grad.reshape(-1)[local].float().cpu().numpy()
+        y = y * np.float32(factor / self._clip)
         if isinstance(self._participation, AllocationParticipation):
             self._participation.score_step(y)
         else:
-            self._scores += poisson_step_log_ratio(y, self._q, self._sigma)
+            self._scores += poisson_step_log_ratio_f32(y, self._q, self._sigma)
         self._steps += 1
 
     # ------------------------------------------------------------------ the end
