@@ -139,8 +139,9 @@ def prepare(args, *, audited: bool) -> dict:
     audit = None
     if audited:
         audit = OpacusAudit(canaries=args.canaries, epochs=args.epochs,  # audit
-                            delta=args.delta, seed=args.audit_seed, name="opacus mnist "
-                            "example", dataset=args.dataset)
+                            delta=args.delta, seed=args.audit_seed, dataset=args.dataset,
+                            name=f"opacus mnist example (batch {args.batch_size}, "
+                                 f"{args.epochs} epochs)")
         model, optimizer, train_loader = getattr(audit, method)(privacy_engine,  # audit
                                                                 **private)
     else:
@@ -166,7 +167,8 @@ def run(args, sides: list[dict]) -> list[dict]:
                "noise_multiplier": float(side["optimizer"].noise_multiplier),
                "epsilon_opacus": float(side["privacy_engine"].get_epsilon(args.delta))}
         if side["audit"] is not None:
-            row["result"] = side["audit"].finish(test_accuracy=accuracy)  # audit
+            row["result"] = side["audit"].finish(  # audit
+                test_accuracy=accuracy, seconds_training=side["seconds_training"])
         out.append(row)
     return out
 

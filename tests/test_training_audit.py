@@ -450,7 +450,9 @@ def test_opacus_mnist_example_loop_audited_on_digits(tmp_path):
     assert plain["noise_multiplier"] == audited["noise_multiplier"] == 1.0
     assert plain["epsilon_opacus"] == pytest.approx(audited["epsilon_opacus"])
     record = json.loads((tmp_path / "out" / "audit.json").read_text())
-    assert record["pipeline"] == "opacus mnist example" and record["dataset"] == "digits"
+    assert record["pipeline"] == "opacus mnist example (batch 64, 2 epochs)"
+    assert record["dataset"] == "digits"
+    assert record["seconds"] == {"train": round(audited["seconds_training"], 3)}
     assert record["command"].startswith("python benchmarks/opacus_mnist_audit.py --dataset")
     assert json.loads((tmp_path / "out" / "compare.json").read_text())["time_ratio"] > 0
 
@@ -485,3 +487,29 @@ def test_independent_coordinates_validity_game_and_a_wrong_analysis():
     limit = 0.05 * games + 3 * math.sqrt(0.05 * 0.95 * games)
     assert right <= limit
     assert wrong > games / 2
+
+
+def test_model_placement_adds_rows_to_the_models_own_coordinates():
+    audit = OpacusAudit(canaries=300, placement="model")  # of the model's 330 parameters
+    _, model, optimizer, loader = _private(audit, DataLoader(_data(), batch_size=64),
+                                           sigma=1e-6)
+    x, y = next(iter(loader))
+    optimizer.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    picked_rows = []
+    rows = audit._participation.rows
+
+    def spy_rows():
+        picked, weights = rows()
+        picked_rows.append(picked)
+        return picked, weights
+    audit._participation.rows = spy_rows
+    optimizer.step()
+    assert picked_rows[0].size > 0
+    # with tiny noise, a picked canary's coordinate reads its row (1) plus the real gradient
+    # there; the readings of every canary went into its score
+    assert np.count_nonzero(audit._scores) == 300
+    _quiet_train(model, optimizer, loader, epochs=1)
+    result = audit.finish()
+    assert result.independent is None  # real gradients tie model coordinates together
+    assert result.to_record()["canary_placement"] == "model"

@@ -27,7 +27,12 @@ from dp_accounting import dp_event as _dp
 
 from dpkd_audit import _validate
 from dpkd_audit.accountants import calibration
-from dpkd_audit.accountants.base import Accountant, Epsilon, NeighboringRelation
+from dpkd_audit.accountants.base import (
+    Accountant,
+    Epsilon,
+    NeighboringRelation,
+    UnsupportedEventError,
+)
 
 __all__ = [
     "DpSgdAccountant",
@@ -130,8 +135,9 @@ def poisson_epsilon(sampling_probability: float, noise_multiplier: float, steps:
     """Epsilon at ``delta`` of ``steps`` Poisson-subsampled Gaussian steps (add/remove-one).
 
     The smaller of the PLD and the RDP figures (both upper bounds; PLD is the tighter one
-    except at deltas below its truncated tail mass, where it returns inf and RDP still
-    answers). For a rate and a step count read off a run rather than planned from N and B.
+    except at deltas below its truncated tail mass, where it returns inf, and at noise below
+    0.01, which it refuses; RDP answers there). For a rate and a step count read off a run
+    rather than planned from N and B.
     """
     q = _validate.check_probability("sampling_probability", sampling_probability,
                                     open_low=True)
@@ -139,8 +145,13 @@ def poisson_epsilon(sampling_probability: float, noise_multiplier: float, steps:
     steps = _validate.check_int("steps", steps, minimum=1)
     delta = _validate.check_delta(delta, allow_zero=False)
     event = _dp.PoissonSampledDpEvent(q, _dp.GaussianDpEvent(sigma))
-    return min((kind.make().compose(event, steps).get_epsilon(delta) for kind in DpSgdAccountant),
-               key=float)
+    figures = []
+    for kind in DpSgdAccountant:
+        try:
+            figures.append(kind.make().compose(event, steps).get_epsilon(delta))
+        except UnsupportedEventError:  # PLD refuses sigma < 0.01 (too costly); RDP answers
+            continue
+    return min(figures, key=float)
 
 
 def calibrate_dp_sgd_noise(schedule: DpSgdSchedule, *, epochs: int, target_epsilon: float,

@@ -55,7 +55,7 @@ from scipy import signal, special
 from dpkd_audit import _validate
 from dpkd_audit._math.powers import combine_power
 from dpkd_audit._math.privacy import analytic_gaussian_epsilon
-from dpkd_audit.accountants.dp_sgd import DpSgdAccountant, DpSgdSchedule, dp_sgd_epsilon
+from dpkd_audit.accountants.dp_sgd import DpSgdSchedule, poisson_epsilon
 from dpkd_audit.accountants.rdp.conversion import epsilon_from_rdp
 
 __all__ = [
@@ -521,10 +521,8 @@ def sampling_epsilon(schedule: DpSgdSchedule, *, sampling: DpSgdSampling,
         raise ValueError(f"relation must be one of {', '.join(r.value for r in allowed)} for "
                          f"{sampling.value} sampling; got {relation!r}")
     t = schedule.steps_per_epoch
-    # both are upper bounds; PLD is the tighter one except at deltas below its truncated tail
-    # mass (it returns inf there), where RDP still answers
-    poisson = min(float(dp_sgd_epsilon(schedule, noise_multiplier=sigma, epochs=epochs,
-                                       delta=delta, accountant=kind)) for kind in DpSgdAccountant)
+    poisson = float(poisson_epsilon(schedule.sampling_probability, sigma, schedule.steps(epochs),
+                                    delta))
     common = {"sampling": sampling, "relation": relation, "delta": delta,
               "epsilon_poisson": poisson, "steps_per_epoch": t, "epochs": epochs,
               "noise_multiplier": sigma}

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dpkd_audit import _validate
 from dpkd_audit.accountants.dp_sgd import poisson_epsilon
 from dpkd_audit.accountants.dp_sgd_sampling import sampling_epsilon
 from dpkd_audit.audit.training import MIN_RUNS, many_run_bound, one_run_bound
@@ -364,11 +365,15 @@ class OpacusAudit:
             optimizer.original_optimizer.state.pop(self._tap, None)
         self._optimizer = None
 
-    def finish(self, *, test_accuracy: float | None = None) -> OpacusAuditResult:
+    def finish(self, *, test_accuracy: float | None = None,
+               seconds_training: float | None = None) -> OpacusAuditResult:
         """Detach, score and bound: the one-run analyses against both claims.
 
         Args:
             test_accuracy: The trained model's test accuracy, for the record (optional).
+            seconds_training: The training's own seconds, where the caller timed it (default:
+                the wall-clock time from attaching to finishing, which also counts whatever
+                else ran in between).
 
         Returns:
             The :class:`~dpkd_audit.training_audit.result.OpacusAuditResult`.
@@ -380,7 +385,8 @@ class OpacusAudit:
             raise ValueError("finish() needs an attached audit (make_private or attach first)")
         if self._steps == 0:
             raise ValueError("no optimizer step was taken: train before finish()")
-        seconds = time.perf_counter() - self._started
+        seconds = (time.perf_counter() - self._started if seconds_training is None
+                   else _validate.check_positive("seconds_training", seconds_training))
         final = self._values()
         self.detach()
         self._finished = True
@@ -394,7 +400,12 @@ class OpacusAudit:
         if accountant is not None and getattr(accountant, "history", None):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                claim_opacus = float(accountant.get_epsilon(cfg.delta))
+                try:
+                    claim_opacus = float(accountant.get_epsilon(cfg.delta))
+                except (ArithmeticError, MemoryError, ValueError):
+                    # Opacus's accountant fails at extreme noise (e.g. sigma 1e-6: its RDP
+                    # orders overflow); the Poisson accounting below is the claim then
+                    claim_opacus = None
         bound_run = None
         sampling = report.sampler.sampling
         schedule = schedule_for(report.dataset_size, report.batch_size, self._t)

@@ -256,7 +256,10 @@ def _opacus_epsilon(engine: Any, sigma: float, q: float, steps: int, delta: floa
     fresh.history = [(sigma, q, steps)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return float(fresh.get_epsilon(delta))
+        try:
+            return float(fresh.get_epsilon(delta))
+        except (ArithmeticError, MemoryError, ValueError):  # Opacus fails at extreme noise
+            return None
 
 
 # --------------------------------------------------------------------------- the check
