@@ -308,3 +308,17 @@ def test_cli_budget_sampling(capsys):
                  "--epochs", "1", "--noise", "1", "--sampling", "poisson",
                  "--relation", "zero-out"]) == 2
     assert "relation" in capsys.readouterr().err
+
+
+def test_one_draw_with_replacement_is_poisson_subsampling():
+    # B = 1 weighted draw a step: the worst record joins with probability p, exactly Poisson
+    # subsampling at q = p; the mixture PLD must agree with the Poisson accounting
+    from dpkd_audit.accountants.dp_sgd import poisson_epsilon
+    from dpkd_audit.accountants.dp_sgd_sampling import with_replacement_epsilon
+
+    ours = with_replacement_epsilon(1.0, 1, 0.01, 1000, 1e-5)
+    poisson = float(poisson_epsilon(0.01, 1.0, 1000, 1e-5))
+    assert ours == pytest.approx(poisson, rel=0.02)
+    # more draws a step can only leak more, and a larger share more still
+    assert with_replacement_epsilon(1.0, 4, 0.01, 1000, 1e-5) > ours
+    assert with_replacement_epsilon(1.0, 1, 0.05, 1000, 1e-5) > ours

@@ -515,9 +515,7 @@ def _solve_sampling(plan: Plan, target_epsilon: float, delta: float,
     bins is inverted through its RDP bound and its no-amplification bound, as
     :func:`~dpkd_audit.accountants.dp_sgd_sampling.random_allocation_epsilon` combines them.
     """
-    relation = plan.relation or (BatchRelation.ADD_OR_REMOVE_ONE
-                                 if plan.sampling is DpSgdSampling.BALLS_IN_BINS
-                                 else BatchRelation.ZERO_OUT)
+    relation = plan.relation or RELATIONS[plan.sampling][0]
     t = plan.steps_per_epoch
 
     def epsilon(noise: float, epochs: int) -> float:

@@ -46,7 +46,11 @@ from dpkd_audit import _validate
 from dpkd_audit.accountants.dp_sgd import poisson_epsilon
 from dpkd_audit.accountants.dp_sgd_sampling import sampling_epsilon
 from dpkd_audit.audit.training import MIN_RUNS, many_run_bound, one_run_bound
-from dpkd_audit.training_audit.canaries import CanaryPlacement, GradientCanaries
+from dpkd_audit.training_audit.canaries import (
+    CanaryPlacement,
+    GradientCanaries,
+    locate_coordinates,
+)
 from dpkd_audit.training_audit.config import AuditConfig
 from dpkd_audit.training_audit.participation import (
     AllocationParticipation,
@@ -167,7 +171,7 @@ class OpacusAudit:
             if self.config.strict:
                 raise SamplerMismatchError(report)
             warnings.warn(report.message(), SamplerMismatchWarning, stacklevel=2)
-        real = [p for p in optimizer.params]
+        real = list(optimizer.params)
         if not real:
             raise ValueError("optimizer has no trainable parameters")
         self._install(optimizer, real, report)
@@ -187,6 +191,7 @@ class OpacusAudit:
         if self.config.placement is CanaryPlacement.DEDICATED:
             self._tap = torch.nn.Parameter(torch.zeros(m, dtype=first.dtype, device=first.device))
             self._rows_buffer = torch.zeros_like(self._tap.detach())
+            self._empty_sample = torch.zeros((0, m), dtype=first.dtype, device=first.device)
             self._last_picked: torch.Tensor | None = None
             optimizer.original_optimizer.add_param_group({"params": [self._tap]})
             self._group = optimizer.original_optimizer.param_groups[-1]
@@ -195,18 +200,10 @@ class OpacusAudit:
         else:
             self._tap = None
             self._group = None
-            sizes = [p.numel() for p in real]
-            coords = self.canaries.coordinates(int(sum(sizes)))
-            offsets = np.cumsum([0, *sizes])
-            owner = np.searchsorted(offsets, coords, side="right") - 1
-            self._where = []
-            for index, p in enumerate(real):
-                pos = np.flatnonzero(owner == index)
-                if pos.size:
-                    local = torch.as_tensor(coords[pos] - offsets[index], device=p.device)
-                    self._where.append((p, local, pos))
+            coords = self.canaries.coordinates(int(sum(p.numel() for p in real)))
+            _, _, gather = locate_coordinates(coords, real)
+            self._where = [(real[index], local, pos) for index, local, pos in gather]
         self._real = real
-        self._sampler = report.sampler
         self._q = report.sample_rate
         self._t = report.steps_per_epoch
         if report.sampler in (SamplerKind.SHUFFLE, SamplerKind.SEQUENTIAL):
@@ -275,8 +272,7 @@ class OpacusAudit:
         if self._tap is None:
             return
         reference = self._real[0].grad_sample
-        empty = torch.zeros((0, *self._tap.shape), dtype=self._tap.dtype,
-                            device=self._tap.device)
+        empty = self._empty_sample
         self._tap.grad_sample = ([empty] * len(reference) if isinstance(reference, list)
                                  else empty)
 

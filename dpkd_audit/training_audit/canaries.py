@@ -57,7 +57,7 @@ from dpkd_audit.data import Dataset
 from dpkd_audit.training_audit.participation import PoissonParticipation, poisson_step_log_ratio
 
 __all__ = ["CanaryPlacement", "CanaryScoring", "CanaryTap", "GradientCanaries",
-           "GradientCanaryInjector", "RecordCanaries"]
+           "GradientCanaryInjector", "RecordCanaries", "locate_coordinates"]
 
 
 class CanaryPlacement(enum.StrEnum):
@@ -227,6 +227,27 @@ class CanaryScoring:
         _validate.check_positive("batch_size", self.batch_size)
 
 
+def locate_coordinates(coordinates: np.ndarray, params: Sequence[torch.nn.Parameter]
+                       ) -> tuple[np.ndarray, np.ndarray,
+                                  list[tuple[int, torch.Tensor, np.ndarray]]]:
+    """Where flat coordinates of ``params`` (in order) live.
+
+    Returns:
+        ``(owner, local, gather)``: each coordinate's parameter index and index within it, and
+        per parameter holding some, ``(parameter index, local indices as a tensor on its
+        device, positions among the coordinates)``.
+    """
+    offsets = np.cumsum([0, *(p.numel() for p in params)])
+    owner = np.searchsorted(offsets, coordinates, side="right") - 1
+    local = coordinates - offsets[owner]
+    gather = []
+    for index, p in enumerate(params):
+        pos = np.flatnonzero(owner == index)
+        if pos.size:
+            gather.append((index, torch.as_tensor(local[pos], device=p.device), pos))
+    return owner, local, gather
+
+
 class GradientCanaryInjector:
     """Adds the sampled canaries' clipped gradients to Opacus's clipped sum, each step.
 
@@ -281,17 +302,10 @@ class GradientCanaryInjector:
             raise ValueError(f"scoring must be CanaryScoring or None; got "
                              f"{type(scoring).__name__}")
         self.scoring = scoring
-        offsets = np.cumsum([0, *sizes])
-        self._owner = np.searchsorted(offsets, self.coordinates, side="right") - 1
-        self._local = self.coordinates - offsets[self._owner]
+        self._owner, self._local, self._gather = locate_coordinates(self.coordinates,
+                                                                    self.params)
         self._participation = PoissonParticipation(self.included, sampling_probability=self.q,
                                                    seed=canaries.seed)
-        self._gather = []  # per parameter: (local indices, positions among the canaries)
-        for index, p in enumerate(self.params):
-            pos = np.flatnonzero(self._owner == index)
-            if pos.size:
-                self._gather.append((index, torch.as_tensor(self._local[pos], device=p.device),
-                                     pos))
         self._picked = np.empty(0, dtype=np.int64)
         self.initial = self.flat_values()
         self.keep_trajectory = scoring is None if keep_trajectory is None else keep_trajectory
