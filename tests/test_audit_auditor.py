@@ -389,8 +389,9 @@ def test_large_outputs_are_counted_in_chunks(monkeypatch):
         calls.append(n)
         return np.asarray(x) + rng.laplace(0.0, 0.25, (n, 8))
     result = audit_sampler(sample, np.zeros(8), np.eye(8)[0], epsilon=1.0, n=2_000, rng=rng_(0))
-    assert max(calls[2:]) == 100 and sum(calls) == 2 * 2_000
-    assert result.violation  # true epsilon 4
+    # selection and bound, then the confirmation of the violation on as many fresh outputs
+    assert max(calls[2:]) == 100 and sum(calls) == 2 * 2_000 + 2 * result.bound_samples
+    assert result.violation and result.confirmation.confirmed  # true epsilon 4
 
 
 # --------------------------------------------------------------------------- validation

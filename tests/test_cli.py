@@ -136,7 +136,7 @@ def test_audit_all_writes_table_and_plot(tmp_path, capsys):
     # every control (the textbook float samplers too), nothing else
     assert out.count("| violation |") == len(controls.CONTROLS) + len(TEXTBOOK_CONTROLS)
     assert "| SparseVector | 1 |" in out
-    assert "not jointly" in out  # the 95% holds per audit
+    assert "for its own audit" in out and "Bonferroni" in out  # family-wise error kept
     assert plot.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -170,7 +170,7 @@ def test_audit_all_audits_every_target_and_writes_table_and_plot(tmp_path, capsy
         assert out.count(f"| {name} ") == 1, name
     assert "| SparseVector | 1 |" in out
     assert "- WrongRandomizedResponse: " in out and "- HalfNoiseLaplace: " in out
-    assert "not jointly" in out  # the 95% holds per audit
+    assert "for its own audit" in out and "Bonferroni" in out  # family-wise error kept
     assert plot.read_bytes()[:4] == b"\x89PNG"
 
 

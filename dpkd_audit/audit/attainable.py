@@ -26,14 +26,18 @@ Never imports torch.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from dp_accounting import dp_event as _dp
+from scipy.special import expit
 
 from dpkd_audit import _validate
 from dpkd_audit.accountants.pld import PLDAccountant
-from dpkd_audit.audit.bounds import optimal_attainable_bound
+from dpkd_audit.audit.bounds import ProbabilityKind, optimal_attainable_bound
 
-__all__ = ["attainable_epsilon", "loss_tail_events"]
+__all__ = ["attainable_epsilon", "claim_attainable_epsilon", "loss_tail_events",
+           "samples_needed"]
 
 
 def loss_tail_events(event: _dp.DpEvent) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -89,3 +93,71 @@ def attainable_epsilon(event: _dp.DpEvent, *, n: int, delta: float = 0.0,
         best = max(best, optimal_attainable_bound(tail_x, tail_xp, n=n, delta=delta,
                                                   confidence=confidence))
     return best
+
+
+def _claim_pair(epsilon: float, delta: float) -> tuple[np.ndarray, np.ndarray]:
+    """The dominating pair of every (epsilon, delta)-DP pair: four outcomes.
+
+    Kairouz, Oh, Viswanath, "The composition theorem for differential privacy", ICML 2015,
+    Theorem 2.1 (the pair ``P = (delta, (1 - delta) e^eps / (1 + e^eps), (1 - delta) /
+    (1 + e^eps), 0)`` and ``Q`` its mirror image): every (epsilon, delta)-DP mechanism's output
+    pair is a post-processing of it, so no event of any such mechanism is more telling.
+    """
+    high = (1.0 - delta) * float(expit(epsilon))
+    low = (1.0 - delta) * float(expit(-epsilon))
+    return (np.array([delta, high, low, 0.0]), np.array([0.0, low, high, delta]))
+
+
+def claim_attainable_epsilon(epsilon: float, delta: float = 0.0, *, n: int,
+                             confidence: float = 0.95) -> float:
+    """The most an audit with ``n`` bounding samples per side can show of a claim that holds.
+
+    :func:`~dpkd_audit.audit.bounds.optimal_attainable_bound` on the claim's dominating pair
+    (:func:`_claim_pair`, Kairouz-Oh-Viswanath 2015, Thm 2.1): whatever the mechanism, if it
+    meets (epsilon, delta) no audit's bound at these sample sizes is expected above this. It
+    needs nothing but the claim; a mechanism's own event (:func:`attainable_epsilon`) gives a
+    figure at most this large (a Gaussian's is well below it).
+
+    Raises:
+        ValueError: If an argument is out of range (the message names it).
+    """
+    epsilon = _validate.check_epsilon(epsilon)
+    delta = _validate.check_delta(delta)
+    n = _validate.check_int("n", n, minimum=1)
+    p, q = _claim_pair(epsilon, delta)
+    return optimal_attainable_bound(p, q, n=n, delta=delta, confidence=confidence,
+                                    kind=ProbabilityKind.PMF)
+
+
+def samples_needed(epsilon: float, delta: float = 0.0, *, fraction: float = 0.5,
+                   confidence: float = 0.95, event: _dp.DpEvent | None = None,
+                   limit: int = 10**12) -> int | None:
+    """Fewest bounding samples per side at which the attainable bound reaches ``fraction``.
+
+    ``fraction`` of the claim is the power a conclusive audit needs (see
+    :data:`~dpkd_audit.audit.auditor.POWER_FRACTION`).
+    With ``event``: the mechanism's own attainable bound (:func:`attainable_epsilon`); without:
+    the claim's (:func:`claim_attainable_epsilon`), a lower limit for any mechanism. Found by
+    bisection on a log grid (the attainable bound grows with ``n``), to 2% in ``n``.
+
+    Returns:
+        The sample size, or ``None`` if not reached by ``limit`` samples per side.
+    """
+    fraction = _validate.check_probability("fraction", fraction, open_low=True)
+    target = fraction * _validate.check_epsilon(epsilon)
+
+    def reach(n: int) -> float:
+        if event is None:
+            return claim_attainable_epsilon(epsilon, delta, n=n, confidence=confidence)
+        return attainable_epsilon(event, n=n, delta=delta, confidence=confidence)
+
+    if reach(limit) < target:
+        return None
+    low, high = 1, limit
+    while high > 1.02 * low + 1:
+        mid = int(math.sqrt(low * high))
+        if reach(mid) >= target:
+            high = mid
+        else:
+            low = mid
+    return high

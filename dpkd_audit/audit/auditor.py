@@ -10,6 +10,12 @@ Section 5; the bound of Jagielski-Ullman-Oprea, NeurIPS 2020):
    of ``S`` on the two sides (numerator side first) and report
    ``max(0, ln((LCB_1 - delta) / UCB_0))`` with exact Clopper-Pearson bounds, each one-sided at
    level ``1 - (1 - confidence) / 2`` (union bound).
+3. *Confirmation* (only when the bound exceeds the claim). Count ``S`` again on ``N`` fresh
+   outputs per input and bound it at ``CONFIRMATION_CONFIDENCE``; a violation is reported only
+   if this bound exceeds the claim too. A user auditing 30 correct mechanisms at 95% would
+   otherwise see one or two false "violations"; confirmed, each audit errs with probability at
+   most 0.5% (the confirmation alone is a valid bound of a fixed event), and a suite splits its
+   5% over its audits (Bonferroni).
 
 Validity: the event and the direction are functions of the selection outputs, which are
 independent of the bounding outputs; conditionally on them the two counts are independent
@@ -41,7 +47,8 @@ from dpkd_audit.executor import ExecutorConfig
 if TYPE_CHECKING:
     from dpkd_audit.mechanisms.base import AuditView
 
-__all__ = ["DEFAULT_SAMPLES", "MIN_SAMPLES", "POWER_FRACTION", "AuditResult", "Verdict",
+__all__ = ["CONFIRMATION_CONFIDENCE", "DEFAULT_SAMPLES", "MIN_SAMPLES", "POWER_FRACTION",
+           "AuditResult", "Confirmation", "Verdict",
            "audit_mechanism", "audit_sampler", "mechanism_sampler", "resolve_attack",
            "verdict_of"]
 
@@ -53,6 +60,11 @@ MIN_SAMPLES = 40
 MIN_PART = 20
 #: Memory (bytes) of one batch of bounding outputs; larger ``N`` is sampled in chunks.
 CHUNK_BYTES = 1 << 27
+#: Confidence of the confirmation audit that a violation must pass (fresh samples, the same
+#: event): a mechanism that meets its claim is reported violated with probability at most
+#: ``1 - CONFIRMATION_CONFIDENCE`` = 0.5% per audit (the confirmation alone is a valid bound on
+#: a fixed event), against ``1 - confidence`` = 5% for the first bound alone.
+CONFIRMATION_CONFIDENCE = 0.995
 
 Sampler = Callable[[Any, int, np.random.Generator], Any]
 
@@ -78,11 +90,22 @@ class Verdict(enum.Enum):
     #: audit lacked power (too few samples, a weak event, or a pair that is not the worst
     #: case); it says nothing either way.
     INCONCLUSIVE = "inconclusive"
+    #: The first bound exceeded the claim but the confirmation on fresh samples did not: no
+    #: violation is reported. A correct mechanism claimed at its true epsilon lands here at a
+    #: rate up to ``1 - confidence``; a real violation is confirmed (see
+    #: :data:`CONFIRMATION_CONFIDENCE`).
+    UNCONFIRMED = "unconfirmed"
 
 
-def verdict_of(lower: float, claimed: float) -> Verdict:
-    """The verdict of a lower bound against a claim (the rule of :class:`Verdict`)."""
+def verdict_of(lower: float, claimed: float, confirmed: float | None = None) -> Verdict:
+    """The verdict of a lower bound against a claim (the rule of :class:`Verdict`).
+
+    ``confirmed``: the confirmation bound on fresh samples (``None``: none was run); a bound
+    above the claim is a violation only when the confirmation is above it too.
+    """
     if lower > claimed:
+        if confirmed is not None and confirmed <= claimed:
+            return Verdict.UNCONFIRMED
         return Verdict.VIOLATION
     if lower >= POWER_FRACTION * claimed and lower > 0.0:
         return Verdict.CONSISTENT
@@ -124,6 +147,35 @@ def resolve_attack(attack: Attack | None, mechanism: Any = None) -> tuple[Attack
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class Confirmation:
+    """The second stage of an audit whose first bound exceeded the claim.
+
+    The event chosen on the selection samples is counted again on ``samples`` fresh outputs
+    per input, and bounded at ``confidence``; a violation is reported only when this bound too
+    exceeds the claim. Valid on its own (the event is fixed before these samples are drawn).
+
+    Attributes:
+        epsilon_lower: The confirmation's lower bound.
+        confidence: Its confidence.
+        counts: Hits under ``x`` and under ``x'``.
+        samples: Fresh outputs per input.
+        confirmed: ``epsilon_lower > epsilon_claimed``.
+    """
+
+    epsilon_lower: float
+    confidence: float
+    counts: tuple[int, int]
+    samples: int
+    confirmed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly record."""
+        return {"epsilon_lower": self.epsilon_lower, "confidence": self.confidence,
+                "counts": list(self.counts), "samples": self.samples,
+                "confirmed": self.confirmed}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class AuditResult:
     """What one audit found.
 
@@ -133,14 +185,17 @@ class AuditResult:
         epsilon_claimed: The epsilon the mechanism claims.
         delta: The delta of the claim (used in the bound).
         confidence: Confidence of the bound.
-        violation: ``epsilon_lower > epsilon_claimed``: the claim is refuted at this confidence.
-        verdict: VIOLATION, CONSISTENT (the bound reached ``POWER_FRACTION`` of the claim) or
+        violation: ``verdict is Verdict.VIOLATION``: the claim is refuted (by the bound and,
+            when one ran, by its confirmation on fresh samples).
+        verdict: VIOLATION, UNCONFIRMED (the bound exceeded the claim, its confirmation did
+            not), CONSISTENT (the bound reached ``POWER_FRACTION`` of the claim) or
             INCONCLUSIVE (a bound of 0, or below that fraction: the audit lacked power).
         attack: The attack that chose the event.
         policy: The attack policy that ran (AUTO, AUTO_REAL or a forced attack) and why.
         event: Human-readable event, e.g. ``"output > 0.73"``.
         direction: ``"x vs x'"`` (bound on ``ln((P_x(S) - delta) / P_x'(S))``) or ``"x' vs x"``.
-        samples_per_side: Outputs drawn on each input (``selection + bound``).
+        samples_per_side: Outputs drawn on each input (``selection + bound``; a confirmation
+            draws ``bound_samples`` more).
         selection_samples: Outputs per input used to choose the event.
         bound_samples: Fresh outputs per input counted by the bound.
         counts: Hits of the event among the bounding outputs under ``x`` and under ``x'``.
@@ -153,6 +208,16 @@ class AuditResult:
             (:func:`~dpkd_audit.audit.attainable.attainable_epsilon`); ``None`` otherwise or
             when its event has no PLD. Compare ``epsilon_lower`` with it to see the audit's
             power: for (epsilon, delta) claims it is well below epsilon.
+        claim_attainable: The most *any* audit with ``bound_samples`` per side can show of a
+            mechanism that meets the claim (its dominating pair,
+            :func:`~dpkd_audit.audit.attainable.claim_attainable_epsilon`): a bound below
+            ``POWER_FRACTION`` of the claim is all this sample size allows when this is low.
+        inputs: Short texts of the two inputs audited, with their types (``"0 (int)"``).
+        confirmation: The confirmation stage, run when the bound exceeded the claim (``None``
+            when it did not, or confirmation was turned off).
+        design: When float bits chose the event under the AUTO policy: the audit of the
+            real-valued design (every other attack, the same bounding samples), with its own
+            verdict, so that a flaw of the design is not hidden by the floating-point leak.
     """
 
     epsilon_lower: float
@@ -173,26 +238,64 @@ class AuditResult:
     seconds: float
     mechanism: str | None = None
     epsilon_attainable: float | None = None
+    claim_attainable: float | None = None
+    inputs: tuple[str, str] | None = None
+    confirmation: Confirmation | None = None
+    design: AuditResult | None = None
+
+    @property
+    def unseen_on_other_side(self) -> bool:
+        """Whether the event was hit on the numerator side but never on the other.
+
+        Then the bound is limited by the sample size alone: if the event is impossible under
+        the other input, no finite epsilon holds (pure DP fails outright).
+        """
+        k_1, k_0 = self.counts if self.direction == FORWARD else self.counts[::-1]
+        return k_1 > 0 and k_0 == 0
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly record (the attack by its value)."""
-        record = dataclasses.asdict(self)
+        """A JSON-friendly record (enums by their values, nested stages as dicts)."""
+        record = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         record["attack"] = self.attack.value
         record["verdict"] = self.verdict.value
         record["counts"] = list(self.counts)
+        record["inputs"] = None if self.inputs is None else list(self.inputs)
+        record["confirmation"] = (None if self.confirmation is None
+                                  else self.confirmation.to_dict())
+        record["design"] = None if self.design is None else self.design.to_dict()
+        record["unseen_on_other_side"] = self.unseen_on_other_side
         return record
 
     def __str__(self) -> str:
         verdict = {Verdict.VIOLATION: "violation", Verdict.CONSISTENT: "consistent",
-                   Verdict.INCONCLUSIVE: "inconclusive (no power)"}[self.verdict]
+                   Verdict.INCONCLUSIVE: "inconclusive (no power)",
+                   Verdict.UNCONFIRMED: "not a violation (unconfirmed on fresh samples)"
+                   }[self.verdict]
+        if self.confirmation is not None:
+            verdict += (f"; confirmation epsilon >= {self.confirmation.epsilon_lower:.4f} at "
+                        f"{self.confirmation.confidence:.1%}")
         claim = (f"{self.epsilon_claimed:g}" if self.delta == 0
                  else f"({self.epsilon_claimed:g}, {self.delta:g})")
         attainable = ("" if self.epsilon_attainable is None
                       else f" (attainable {self.epsilon_attainable:.4f})")
-        return (f"{self.mechanism or 'sampler'}: epsilon >= {self.epsilon_lower:.4f}{attainable}"
-                f" at {self.confidence:.0%} (claimed {claim}); {verdict}; attack "
-                f"{self.attack.value}, event {self.event} ({self.direction}), "
-                f"{self.samples_per_side} samples per side, {self.seconds:.2f} s")
+        inputs = "" if self.inputs is None else f" on x={self.inputs[0]}, x'={self.inputs[1]}"
+        lines = [f"{self.mechanism or 'sampler'}: epsilon >= {self.epsilon_lower:.4f}"
+                 f"{attainable} at {self.confidence:.0%} (claimed {claim}); {verdict}; attack "
+                 f"{self.attack.value}, event {self.event} ({self.direction}), "
+                 f"{self.samples_per_side} samples per side{inputs}, {self.seconds:.2f} s"]
+        if self.unseen_on_other_side:
+            lines.append("  the event never occurred under the other input in "
+                         f"{self.bound_samples:,} draws: the bound is limited by the sample "
+                         "size; if it is impossible there, no finite epsilon holds")
+        if self.claim_attainable is not None and self.verdict is Verdict.INCONCLUSIVE:
+            lines.append(f"  at most {self.claim_attainable:.4f} can be shown with "
+                         f"{self.bound_samples:,} samples per side of a mechanism meeting "
+                         "the claim")
+        if self.design is not None:
+            lines.append(f"  real-valued design (float bits excluded): epsilon >= "
+                         f"{self.design.epsilon_lower:.4f}, {self.design.verdict.value}; "
+                         f"event {self.design.event}")
+        return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -227,33 +330,35 @@ def _check_same(reference: Outputs, other: Outputs) -> None:
 
 
 def _count(sampler: Sampler, x: Any, total: int, rng: np.random.Generator,
-           candidate: Candidate, reference: Outputs) -> int:
-    """Hits of the candidate among ``total`` fresh outputs on ``x`` (sampled in chunks)."""
+           candidates: list[Candidate], reference: Outputs) -> list[int]:
+    """Hits of each candidate among the same ``total`` fresh outputs on ``x`` (in chunks)."""
     row_bytes = max(1, reference.data.nbytes // max(len(reference), 1))
     chunk = max(1, CHUNK_BYTES // row_bytes)
-    hits = 0
+    hits = [0] * len(candidates)
     done = 0
     while done < total:
         k = min(chunk, total - done)
         batch = _draw(sampler, x, k, rng)
         _check_same(reference, batch)
-        hits += int(np.count_nonzero(candidate.indicator(batch)))
+        for i, candidate in enumerate(candidates):
+            hits[i] += int(np.count_nonzero(candidate.indicator(batch)))
         done += k
     return hits
 
 
-def _count_part(part: tuple[Any, int, int], shared: tuple[Any, ...]) -> int:
+def _count_part(part: tuple[Any, int, int], shared: tuple[Any, ...]) -> list[int]:
     """One part of :func:`count_in_parts`: hits among ``k`` outputs on one input."""
     side, k, seed = part
-    sampler, x, x_prime, candidate, reference = shared
+    sampler, x, x_prime, candidates, reference = shared
     rng = np.random.default_rng(np.random.SeedSequence(seed))
-    return _count(sampler, x if side == 0 else x_prime, k, rng, candidate, reference)
+    return _count(sampler, x if side == 0 else x_prime, k, rng, candidates, reference)
 
 
-def count_in_parts(sampler: Sampler, x: Any, x_prime: Any, total: int, candidate: Candidate,
-                   reference: Outputs, *, workers: int, rng: np.random.Generator,
-                   executor: ExecutorConfig | None = None) -> tuple[int, int]:
-    """Hits of ``candidate`` among ``total`` fresh outputs on each input, in ``workers`` parts.
+def count_in_parts(sampler: Sampler, x: Any, x_prime: Any, total: int,
+                   candidates: list[Candidate], reference: Outputs, *, workers: int,
+                   rng: np.random.Generator, executor: ExecutorConfig | None = None
+                   ) -> list[tuple[int, int]]:
+    """Hits of each candidate among ``total`` fresh outputs on each input, in ``workers`` parts.
 
     Each input's ``total`` outputs are split into ``workers`` near-equal parts; part j of
     input s is drawn from the generator seeded by the (2j + s)-th child of a
@@ -262,7 +367,7 @@ def count_in_parts(sampler: Sampler, x: Any, x_prime: Any, total: int, candidate
     outputs. Only the counts travel back.
 
     Returns:
-        ``(hits on x, hits on x_prime)``.
+        ``(hits on x, hits on x_prime)`` per candidate.
     """
     from dpkd_audit.executor import map_unordered, put
 
@@ -272,13 +377,27 @@ def count_in_parts(sampler: Sampler, x: Any, x_prime: Any, total: int, candidate
     sizes = [total // workers + (1 if j < total % workers else 0) for j in range(workers)]
     parts = [(side, sizes[j], int(children[2 * j + side].generate_state(1, np.uint64)[0]))
              for j in range(workers) for side in (0, 1) if sizes[j] > 0]
-    shared = put((sampler, x, x_prime, candidate, reference), config)
-    hits = [0, 0]
-    for i, count in map_unordered(_count_part, parts, config=config, shared=shared,
-                                  describe=lambda p: f"audit part (input {p[0]}, {p[1]} "
-                                                     "outputs)"):
-        hits[parts[i][0]] += int(count)
-    return hits[0], hits[1]
+    shared = put((sampler, x, x_prime, candidates, reference), config)
+    hits = [[0, 0] for _ in candidates]
+    for i, counts in map_unordered(_count_part, parts, config=config, shared=shared,
+                                   describe=lambda p: f"audit part (input {p[0]}, {p[1]} "
+                                                      "outputs)"):
+        for c, count in enumerate(counts):
+            hits[c][parts[i][0]] += int(count)
+    return [(h[0], h[1]) for h in hits]
+
+
+def _count_both(sampler: Sampler, x: Any, x_prime: Any, total: int,
+                candidates: list[Candidate], reference: Outputs, *, rng: np.random.Generator,
+                workers: int | None, executor: ExecutorConfig | None
+                ) -> list[tuple[int, int]]:
+    """``(hits on x, hits on x')`` of each candidate on ``total`` fresh outputs per input."""
+    if workers is None:
+        on_x = _count(sampler, x, total, rng, candidates, reference)
+        on_xp = _count(sampler, x_prime, total, rng, candidates, reference)
+        return list(zip(on_x, on_xp, strict=True))
+    return count_in_parts(sampler, x, x_prime, total, candidates, reference, workers=workers,
+                          rng=rng, executor=executor)
 
 
 def _plug_in(k_1: int, k_0: int, total: int, delta: float) -> float:
@@ -298,6 +417,7 @@ def audit_sampler(sampler: Sampler, x: Any, x_prime: Any, *, epsilon: float,
                   selection_fraction: float | None = None,
                   mechanism: str | None = None, policy: str | None = None,
                   workers: int | None = None, executor: ExecutorConfig | None = None,
+                  confirmation_confidence: float | None = CONFIRMATION_CONFIDENCE,
                   ) -> AuditResult:
     """Audit ``sampler`` on the pair ``(x, x_prime)`` against the claim (epsilon, delta).
 
@@ -332,9 +452,20 @@ def audit_sampler(sampler: Sampler, x: Any, x_prime: Any, *, epsilon: float,
             of the counts alone, so it is the one this process would compute from them.
         executor: Where the parts run (default: this process); Ray spreads them over a
             cluster (:mod:`dpkd_audit.executor`).
+        confirmation_confidence: When the bound exceeds the claim, the same event is counted
+            on fresh samples (as many as the bound's) and bounded at this confidence; the
+            verdict is a violation only if that bound exceeds the claim too (else
+            ``Verdict.UNCONFIRMED``). A mechanism that meets its claim is then reported
+            violated with probability at most ``1 - confirmation_confidence`` (default 0.5%).
+            ``None``: no confirmation, the first bound decides (false violations at rate up to
+            ``1 - confidence``). A suite of ``K`` audits keeps its family-wise rate at
+            ``K (1 - confirmation_confidence)`` (Bonferroni; see
+            :func:`~dpkd_audit.audit.suite.suite_confirmation_confidence`).
 
     Returns:
-        The :class:`AuditResult`.
+        The :class:`AuditResult`. Under the AUTO policy, when float bits chose the event, its
+        ``design`` holds the audit of the real-valued design (every other attack) counted on
+        the same samples.
 
     Raises:
         ValueError: If an argument is out of range, or the sampler returns the wrong number or
@@ -361,36 +492,95 @@ def audit_sampler(sampler: Sampler, x: Any, x_prime: Any, *, epsilon: float,
     elif executor is not None:
         raise ValueError("executor needs workers (the number of parts per input)")
 
+    if confirmation_confidence is not None:
+        confirmation_confidence = _validate.check_probability(
+            "confirmation_confidence", confirmation_confidence, open_low=True, open_high=True)
+
     sel_x = _draw(sampler, x, m, rng)
     sel_xp = _draw(sampler, x_prime, m, rng)
     _check_same(sel_x, sel_xp)
     alpha = (1.0 - confidence) / 2.0
     coder = KeyCoder()
     candidate = select_event(sel_x, sel_xp, attack, Selection(delta, alpha, rng), coder)
+    candidates = [candidate]
+    if attack is Attack.AUTO and candidate.attack is Attack.FLOAT_BITS:
+        # the float-bit leak would hide any flaw of the design: bound that too, on the same
+        # samples (each bound is valid for its own event)
+        candidates.append(select_event(sel_x, sel_xp, Attack.AUTO_REAL,
+                                       Selection(delta, alpha, rng), coder))
+    counted = _count_both(sampler, x, x_prime, total, candidates, sel_x, rng=rng,
+                          workers=workers, executor=executor)
+    lowers = [_lower(c, hits, total, delta, confidence) for c, hits in zip(
+        candidates, counted, strict=True)]
+    confirmations: list[Confirmation | None] = [None] * len(candidates)
+    if confirmation_confidence is not None:
+        pending = [i for i, lower in enumerate(lowers) if lower > epsilon]
+        if pending:
+            again = _count_both(sampler, x, x_prime, total, [candidates[i] for i in pending],
+                                sel_x, rng=rng, workers=workers, executor=executor)
+            for i, hits in zip(pending, again, strict=True):
+                lower = _lower(candidates[i], hits, total, delta, confirmation_confidence)
+                confirmations[i] = Confirmation(
+                    epsilon_lower=lower, confidence=confirmation_confidence, counts=hits,
+                    samples=total, confirmed=lower > epsilon)
+    from dpkd_audit.audit.attainable import claim_attainable_epsilon
 
-    if workers is None:
-        hits_x = _count(sampler, x, total, rng, candidate, sel_x)
-        hits_xp = _count(sampler, x_prime, total, rng, candidate, sel_x)
+    common = {"epsilon_claimed": epsilon, "delta": delta, "confidence": confidence,
+              "samples_per_side": n, "selection_samples": m, "bound_samples": total,
+              "mechanism": mechanism, "inputs": (describe_input(x), describe_input(x_prime)),
+              "claim_attainable": claim_attainable_epsilon(epsilon, delta, n=total,
+                                                           confidence=confidence)}
+    results = []
+    for c, hits, lower, confirmation in zip(candidates, counted, lowers, confirmations,
+                                            strict=True):
+        k_1, k_0 = hits if c.forward else hits[::-1]
+        verdict = verdict_of(lower, epsilon, None if confirmation is None
+                             else confirmation.epsilon_lower)
+        results.append(AuditResult(
+            epsilon_lower=lower, violation=verdict is Verdict.VIOLATION, verdict=verdict,
+            attack=c.attack, policy=policy, event=c.description,
+            direction=FORWARD if c.forward else BACKWARD, counts=hits,
+            epsilon_estimate=_plug_in(k_1, k_0, total, delta), seconds=0.0,
+            confirmation=confirmation, **common))
+    design = None
+    if len(results) > 1:
+        design = dataclasses.replace(
+            results[1], policy="auto_real: the real-valued design, float bits excluded")
+    return dataclasses.replace(results[0], design=design,
+                               seconds=time.perf_counter() - start)
+
+
+def _lower(candidate: Candidate, hits: tuple[int, int], total: int, delta: float,
+           confidence: float) -> float:
+    k_1, k_0 = hits if candidate.forward else hits[::-1]
+    return epsilon_lower_bound(k_1, total, k_0, total, delta=delta, confidence=confidence)
+
+
+def describe_input(value: Any, limit: int = 40) -> str:
+    """A short text of an audited input with its type: ``"0 (int)"``, ``"0.0 (float)"``.
+
+    The type matters: a library that dispatches on it audits its integer mechanism on ``0``
+    and its floating-point one on ``0.0``.
+    """
+    if isinstance(value, np.ndarray):
+        text = np.array2string(value.ravel(), threshold=6, edgeitems=2, separator=",")
+        kind = f"ndarray {value.dtype} {value.shape}"
     else:
-        hits_x, hits_xp = count_in_parts(sampler, x, x_prime, total, candidate, sel_x,
-                                         workers=workers, rng=rng, executor=executor)
-    k_1, k_0 = (hits_x, hits_xp) if candidate.forward else (hits_xp, hits_x)
-    lower = epsilon_lower_bound(k_1, total, k_0, total, delta=delta, confidence=confidence)
-    return AuditResult(
-        epsilon_lower=lower, epsilon_claimed=epsilon, delta=delta, confidence=confidence,
-        violation=lower > epsilon, verdict=verdict_of(lower, epsilon), attack=candidate.attack,
-        policy=policy, event=candidate.description,
-        direction=FORWARD if candidate.forward else BACKWARD, samples_per_side=n,
-        selection_samples=m, bound_samples=total, counts=(hits_x, hits_xp),
-        epsilon_estimate=_plug_in(k_1, k_0, total, delta),
-        seconds=time.perf_counter() - start, mechanism=mechanism)
+        text = repr(value)
+        kind = type(value).__name__
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"{text} ({kind})"
 
 
 def audit_mechanism(mechanism: Any, *, n: int = DEFAULT_SAMPLES, confidence: float = 0.95,
                     rng: np.random.Generator, attack: Attack | None = None,
                     selection_fraction: float | None = None, workers: int | None = None,
                     executor: ExecutorConfig | None = None,
-                    attainable: bool = False) -> AuditResult:
+                    attainable: bool = False,
+                    confirmation_confidence: float | None = CONFIRMATION_CONFIDENCE
+                    ) -> AuditResult:
     """Audit a mechanism of the package (or any object with its contract) on its neighbours.
 
     Uses ``mechanism.neighbours()`` for the pair, ``mechanism.sample(x, n, rng=rng)`` for the
@@ -417,6 +607,8 @@ def audit_mechanism(mechanism: Any, *, n: int = DEFAULT_SAMPLES, confidence: flo
         attainable: Also compute ``epsilon_attainable``, the best bound an audit of the
             mechanism's claimed DP event (``mechanism.event``) could attain with the same
             bounding samples (about a second; ``None`` when the event has no PLD).
+        confirmation_confidence: Confidence of the confirmation a violation must pass
+            (see :func:`audit_sampler`).
 
     Returns:
         The :class:`AuditResult` (``mechanism`` set to the class name).
@@ -438,7 +630,7 @@ def audit_mechanism(mechanism: Any, *, n: int = DEFAULT_SAMPLES, confidence: flo
                            confidence=confidence, rng=rng, attack=attack,
                            selection_fraction=selection_fraction,
                            mechanism=type(mechanism).__name__, policy=policy, workers=workers,
-                           executor=executor)
+                           executor=executor, confirmation_confidence=confirmation_confidence)
     if attainable and getattr(mechanism, "event", None) is not None:
         from dpkd_audit.accountants.base import UnsupportedEventError
         from dpkd_audit.audit.attainable import attainable_epsilon

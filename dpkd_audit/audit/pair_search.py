@@ -20,7 +20,13 @@ import numpy as np
 
 from dpkd_audit import _validate
 from dpkd_audit.audit.attacks import Attack
-from dpkd_audit.audit.auditor import MIN_SAMPLES, AuditResult, Sampler, audit_sampler
+from dpkd_audit.audit.auditor import (
+    CONFIRMATION_CONFIDENCE,
+    MIN_SAMPLES,
+    AuditResult,
+    Sampler,
+    audit_sampler,
+)
 
 __all__ = ["search_neighbouring_pair"]
 
@@ -52,7 +58,9 @@ def search_neighbouring_pair(sampler: Sampler, candidates: Sequence[Any], *, eps
                              confidence: float = 0.95, rng: np.random.Generator,
                              pairs: Sequence[tuple[int, int]] | None = None,
                              is_neighbour: Callable[[Any, Any], bool] | None = None,
-                             all_pairs: bool = False, attack: Attack | None = None
+                             all_pairs: bool = False, attack: Attack | None = None,
+                             mechanism: str | None = None, policy: str | None = None,
+                             confirmation_confidence: float | None = CONFIRMATION_CONFIDENCE
                              ) -> tuple[tuple[Any, Any], AuditResult]:
     """Find the pair of candidate inputs on which the sampler leaks most, and audit it.
 
@@ -80,6 +88,10 @@ def search_neighbouring_pair(sampler: Sampler, candidates: Sequence[Any], *, eps
         all_pairs: Try every pair of candidates (instead of ``pairs`` / ``is_neighbour``).
         attack: Attack of every audit (default: the policy of
             :func:`~dpkd_audit.audit.auditor.resolve_attack`).
+        mechanism: Name recorded in the confirmation's result.
+        policy: Attack policy recorded in the confirmation's result.
+        confirmation_confidence: The confirmation a violation of the reported audit must pass
+            (see :func:`~dpkd_audit.audit.auditor.audit_sampler`); the pilots need none.
 
     Returns:
         ``((x, x_prime), result)``: the chosen candidates (the objects given, in the order of the
@@ -125,11 +137,13 @@ def search_neighbouring_pair(sampler: Sampler, candidates: Sequence[Any], *, eps
     best_pair = tried[0]
     for i, j in tried:
         pilot = audit_sampler(sampler, items[i], items[j], epsilon=epsilon, delta=delta,
-                              n=pilot_n, confidence=confidence, rng=rng, attack=attack)
+                              n=pilot_n, confidence=confidence, rng=rng, attack=attack,
+                              confirmation_confidence=None)
         key = (pilot.epsilon_lower, pilot.epsilon_estimate)
         if best_key is None or key > best_key:
             best_key, best_pair = key, (i, j)
     i, j = best_pair
     result = audit_sampler(sampler, items[i], items[j], epsilon=epsilon, delta=delta, n=n,
-                           confidence=confidence, rng=rng, attack=attack)
+                           confidence=confidence, rng=rng, attack=attack, mechanism=mechanism,
+                           policy=policy, confirmation_confidence=confirmation_confidence)
     return (items[i], items[j]), result

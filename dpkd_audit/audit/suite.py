@@ -23,12 +23,13 @@ import numpy as np
 
 from dpkd_audit import _validate
 from dpkd_audit.audit.attacks import Attack
-from dpkd_audit.audit.auditor import audit_mechanism
+from dpkd_audit.audit.auditor import CONFIRMATION_CONFIDENCE, audit_mechanism
 from dpkd_audit.executor import ExecutorConfig
 from dpkd_audit.mechanisms import CATALOGUE, TextbookGaussian, TextbookLaplace, example_text
 from dpkd_audit.provenance import provenance
 
-__all__ = ["AuditTarget", "audit_targets", "find_target", "run_audits", "with_epsilon"]
+__all__ = ["FAMILY_ERROR", "AuditTarget", "audit_targets", "find_target", "run_audits",
+           "suite_confirmation_confidence", "with_epsilon"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -102,15 +103,45 @@ def with_epsilon(mechanism: Any, epsilon: float) -> Any:
     raise ValueError(f"{type(mechanism).__name__} has no epsilon parameter to set")
 
 
-#: Fewest samples per side an audit uses, whatever the output size.
+#: Fewest samples per side the ``max_values`` cap leaves an audit (never more than asked).
 MIN_SAMPLES = 2_000
+
+#: Family-wise error a suite of audits allows itself for its violations of correct mechanisms.
+FAMILY_ERROR = 0.05
+
+
+def suite_confirmation_confidence(audits: int, *, family_error: float = FAMILY_ERROR) -> float:
+    """Confidence of each confirmation in a suite of ``audits``: the family-wise error kept.
+
+    A correct mechanism is reported violated only when its confirmation bound, valid on its
+    own, exceeds the claim: probability at most ``1 - c`` each. With ``c = 1 - min(0.005,
+    family_error / audits)`` the chance that any correct mechanism of the suite is reported
+    violated is at most ``family_error`` (Bonferroni: a union bound over the audits, whatever
+    their dependence), and each audit keeps the single-audit rate or better.
+
+    Raises:
+        ValueError: If ``audits`` < 1 or ``family_error`` is not in (0, 1).
+    """
+    audits = _validate.check_int("audits", audits, minimum=1)
+    family_error = _validate.check_probability("family_error", family_error, open_low=True,
+                                               open_high=True)
+    return 1.0 - min(1.0 - CONFIRMATION_CONFIDENCE, family_error / audits)
+
+
+def samples_within(samples: int, values: int, max_values: int) -> int:
+    """Samples per side for outputs of ``values`` numbers.
+
+    ``samples``, capped by ``max_values / values`` but not below :data:`MIN_SAMPLES` (nor
+    above ``samples``).
+    """
+    return min(samples, max(MIN_SAMPLES, max_values // max(1, values)))
 
 
 def _samples_within(mechanism: Any, samples: int, max_values: int,
                     rng: np.random.Generator) -> int:
     x, _ = mechanism.neighbours()
     values = max(1, int(np.size(mechanism.sample(x, 1, rng=rng)[0])))
-    return max(MIN_SAMPLES, min(samples, max_values // values))
+    return samples_within(samples, values, max_values)
 
 
 def run_audits(targets: list[AuditTarget], *, samples: int, confidence: float,
@@ -128,8 +159,14 @@ def run_audits(targets: list[AuditTarget], *, samples: int, confidence: float,
     ``workers`` / ``executor``: the bounding outputs drawn in parts, possibly on a Ray cluster
     (see :func:`~dpkd_audit.audit.auditor.audit_sampler`); recorded as ``workers`` and
     ``executor``.
+
+    A violation is reported only when its confirmation on fresh samples passes at
+    :func:`suite_confirmation_confidence` of the number of targets: the suite's family-wise
+    error on correct mechanisms is at most :data:`FAMILY_ERROR` (recorded as
+    ``family_error``).
     """
     samples = _validate.check_int("samples", samples, minimum=1_000)
+    confirming = suite_confirmation_confidence(len(targets))
     max_values = _validate.check_int("max_values", max_values, minimum=1)
     origin = provenance()  # which code, libraries and commit produced the records
     for target in targets:
@@ -138,8 +175,11 @@ def run_audits(targets: list[AuditTarget], *, samples: int, confidence: float,
             mechanism = with_epsilon(mechanism, epsilon)
         n = _samples_within(mechanism, samples, max_values, rng)
         result = audit_mechanism(mechanism, n=n, confidence=confidence, rng=rng, attack=attack,
-                                 workers=workers, executor=executor, attainable=attainable)
+                                 workers=workers, executor=executor, attainable=attainable,
+                                 confirmation_confidence=confirming)
         record = result.to_dict()
+        record["family_error"] = {"audits": len(targets), "error": FAMILY_ERROR,
+                                  "confirmation_confidence": confirming}
         if workers is not None:
             record["workers"] = workers
             record["executor"] = (executor or ExecutorConfig()).kind.value

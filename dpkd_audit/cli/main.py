@@ -360,7 +360,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     plot_path = output_file(args.plot, "--plot") if args.plot else None
     user = not args.all and is_user_target(args.mechanism)
     if not user:
-        for flag, value in (("--delta", args.delta), ("--neighbours", args.neighbours)):
+        for flag, value in (("--delta", args.delta), ("--neighbours", args.neighbours),
+                            ("--d-in", args.d_in), ("--bounds", args.bounds)):
             if value is not None:
                 raise ValueError(f"{flag} applies to your own sampler (MECHANISM as "
                                  "module:function or file.py:function); a package mechanism "
@@ -399,6 +400,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         for r in records:
             if r.get("flaw"):
                 print(f"- {r['mechanism']}: {r['flaw']}")
+        if len(records) == 1:
+            print(_audit_notes(records[0]))
         print(f"attack policy: {records[0]['policy']}" if len(records) == 1 else
               "attack policy per mechanism: see --json (auto, float bits included, except "
               "auto_real for controls whose flaw is not the floating-point one)")
@@ -413,6 +416,40 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     # the expected result).
     gating = records if not args.all else [r for r in records if not r["control"]]
     return 1 if any(r["verdict"] == "violation" for r in gating) else 0
+
+
+def _audit_notes(record: dict[str, Any]) -> str:
+    """What the table cannot say of one audit: its inputs, its confirmation, its limits."""
+    lines = []
+    if record.get("inputs"):
+        lines.append(f"inputs audited: x = {record['inputs'][0]}, x' = {record['inputs'][1]}")
+    confirmation = record.get("confirmation")
+    if confirmation:
+        lines.append(f"confirmation on {confirmation['samples']:,} fresh samples per side: "
+                     f"epsilon >= {confirmation['epsilon_lower']:.4f} at "
+                     f"{confirmation['confidence']:.1%} - "
+                     + ("confirmed" if confirmation["confirmed"] else
+                        "not confirmed, so no violation is reported"))
+    if record.get("unseen_on_other_side"):
+        lines.append(f"the event never occurred under the other input in "
+                     f"{record['bound_samples']:,} draws: the bound is limited by the sample "
+                     "size; if the event is impossible there, no finite epsilon holds")
+    best = record.get("claim_attainable")
+    if best is not None and record.get("verdict") == "inconclusive":
+        from dpkd_audit.audit.attainable import samples_needed
+
+        need = samples_needed(record["epsilon_claimed"], record["delta"],
+                              confidence=record["confidence"])
+        lines.append(f"with {record['bound_samples']:,} bounding samples per side an audit "
+                     f"can show at most {best:.4f} of a mechanism meeting the claim"
+                     + (f"; reaching half the claim needs at least {need:,} (more for a "
+                        "Gaussian-type mechanism)" if need else ""))
+    design = record.get("design")
+    if design:
+        lines.append(f"real-valued design (float bits excluded): epsilon >= "
+                     f"{design['epsilon_lower']:.4f}, {design['verdict']}; event "
+                     f"{design['event']}")
+    return "\n".join(lines)
 
 
 def _progress(total: int, *, enabled: bool):
@@ -557,8 +594,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--neighbours", nargs=2, type=parse_value, metavar=("X", "X'"),
                    help="your own sampler: the neighbouring inputs it is audited on, as JSON "
                         "(0 1, or '[0, 1]' '[0, 2]'; default: its neighbours attribute)")
+    p.add_argument("--d-in", type=positive_float, metavar="D",
+                   help="another library's object: the input distance of the neighbours "
+                        "(OpenDP, Tumult; default 1)")
+    p.add_argument("--bounds", type=float, nargs=2, metavar=("LOWER", "UPPER"),
+                   help="a python-dp aggregation: the bounds it was built with (python-dp "
+                        "does not expose them)")
     p.add_argument("--samples", type=int, default=1_000_000,
-                   help="samples per side (default 1e6; capped per mechanism by --max-values)")
+                   help="samples per side (default 1e6; capped per mechanism by --max-values, "
+                        "not below 2,000 by that cap)")
     p.add_argument("--max-values", type=int, default=5_000_000,
                    help="most output values per side for one mechanism: a mechanism whose "
                         "output is a vector of m values gets at most this / m samples "
@@ -607,6 +651,12 @@ def _dataset_errors() -> tuple[type[Exception], ...]:
     return (datasets.DatasetNotFoundError,) if datasets is not None else ()
 
 
+#: The optional libraries the commands import, and the extra that installs each.
+_EXTRAS = {"torch": "pipelines", "faiss": "pipelines", "opacus": "pipelines",
+           "sklearn": "pipelines", "umap": "pipelines", "matplotlib": "plots",
+           "ray": "distributed"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dpkd`` console script."""
     from dpkd_audit.errors import BudgetExceededError, LedgerError
@@ -622,6 +672,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except (ValueError, BudgetExceededError, LedgerError, *_dataset_errors()) as exc:
         print(f"dpkd {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        extra = _EXTRAS.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"dpkd {args.command}: error: this command needs {exc.name}, which the core "
+              f"install leaves out: pip install 'dpkd-audit[{extra}]' (or -e \".[{extra}]\" "
+              "in a checkout)", file=sys.stderr)
         return 2
     except OSError as exc:  # e.g. a disk that fills up or a path made read-only mid-run
         where = f" ({exc.filename})" if exc.filename else ""

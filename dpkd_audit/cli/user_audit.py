@@ -8,10 +8,15 @@ It is one of:
   :func:`~dpkd_audit.audit.auditor.audit_sampler`): the claim comes from ``--epsilon`` /
   ``--delta`` or the function's ``epsilon`` / ``delta`` attributes, the pair from
   ``--neighbours X X'`` or its ``neighbours`` attribute (a pair, or a function returning one);
-- an object with the mechanisms' contract (``sample(x, n, *, rng)``, ``neighbours()``,
-  ``epsilon``, optionally ``delta``), or a class whose no-argument instance has it: audited on
-  its ``neighbours()`` pair as ``dpkd audit NAME`` audits a package mechanism (``--epsilon`` /
-  ``--delta`` override its claim).
+- an object with the mechanisms' contract (``sample(x, n, *, rng)``, ``neighbours`` - a
+  method or a pair -, ``epsilon``, optionally ``delta``), or a class whose no-argument
+  instance has it: audited on its neighbours as ``dpkd audit NAME`` audits a package mechanism
+  (``--epsilon`` / ``--delta`` override its claim);
+- an object of another DP library (an OpenDP ``Measurement``, a diffprivlib mechanism, a
+  python-dp mechanism or aggregation, a Tumult Core measurement): read by its adapter
+  (:mod:`dpkd_audit.audit.libraries`): the claim from the library, the neighbours at its
+  declared sensitivity (``--d-in``, ``--bounds`` and ``--neighbours`` refine them; ``--delta``
+  is the delta at which a zCDP or profile claim is read).
 
 Every error names the flag or attribute to give, and exits with status 2 before any sampling.
 """
@@ -32,7 +37,8 @@ __all__ = ["is_user_target", "load_target", "parse_value", "user_audit_record"]
 
 #: What a MECHANISM argument of this form must name (said in every error).
 _CONTRACT = ("a function sampler(x, n, rng), an object with sample(x, n, *, rng), neighbours() "
-             "and epsilon, or a class whose instance has them")
+             "and epsilon, a class whose instance has them, or a mechanism of OpenDP, "
+             "diffprivlib, python-dp or Tumult Core")
 
 
 def is_user_target(name: str) -> bool:
@@ -107,6 +113,10 @@ def load_target(spec: str) -> Any:
             raise ValueError(f"MECHANISM {spec!r}: the class {attribute} cannot be built "
                              f"without arguments ({type(exc).__name__}: {exc}); name a "
                              "function returning an instance, or an instance") from exc
+    from dpkd_audit.audit.libraries import is_library_object
+
+    if is_library_object(obj):
+        return obj
     if not callable(obj) and not callable(getattr(obj, "sample", None)):
         raise ValueError(f"MECHANISM {spec!r}: {attribute} is a {type(obj).__name__}, not a "
                          f"sampler: it should name {_CONTRACT}")
@@ -142,20 +152,81 @@ def _pair(obj: Any, spec: str, args: argparse.Namespace) -> tuple[Any, Any]:
     return tuple(pair)
 
 
+def _library_record(obj: Any, spec: str, args: argparse.Namespace, *, samples: int,
+                    rng: np.random.Generator, attack: Any) -> dict[str, Any]:
+    """Audit another library's object through its adapter (the claim read from it)."""
+    import dataclasses
+
+    from dpkd_audit.audit.libraries import accepted_options, adapt, audit_library
+
+    flags = {"neighbours": "--neighbours", "d_in": "--d-in", "delta": "--delta",
+             "lower": "--bounds", "upper": "--bounds"}
+    accepted = accepted_options(obj)
+    for option, value in (("neighbours", args.neighbours), ("d_in", args.d_in),
+                          ("delta", args.delta), ("lower", args.bounds)):
+        if value is not None and option not in accepted:
+            usable = sorted({flags[o] for o in accepted})
+            raise ValueError(f"{flags[option]} does not apply to {spec} (a "
+                             f"{type(obj).__name__}); it takes {', '.join(usable)}")
+    options: dict[str, Any] = {}
+    if args.neighbours is not None:
+        options["neighbours"] = tuple(args.neighbours)
+    if args.d_in is not None:
+        options["d_in"] = args.d_in
+    if args.delta is not None:
+        options["delta"] = args.delta
+    if args.bounds is not None:
+        options["lower"], options["upper"] = args.bounds
+    mechanism = adapt(obj, **options)  # errors name the option, before any sampling
+    if args.epsilon is not None:
+        mechanism = dataclasses.replace(mechanism, epsilon=float(args.epsilon),
+                                        claim=f"--epsilon {args.epsilon:g} (the library "
+                                              f"claims {mechanism.epsilon:.6g})")
+    result = audit_library(mechanism, rng=rng, n=samples, confidence=args.confidence,
+                           attack=attack)
+    record = result.to_dict()
+    record.update({
+        "mechanism": spec, "control": False, "true_epsilon": None, "flaw": None,
+        "configuration": f"{spec}: {mechanism.describe()}; audited on ({result.inputs[0]}, "
+                         f"{result.inputs[1]}); randomness: {mechanism.randomness}",
+        "library": mechanism.library,
+    })
+    return record
+
+
 def user_audit_record(spec: str, args: argparse.Namespace, *, samples: int,
                       rng: np.random.Generator, attack: Any, executor: Any) -> dict[str, Any]:
     """Audit the object ``spec`` names; the JSON-ready record ``dpkd audit`` prints."""
     from dpkd_audit.audit.auditor import audit_sampler, mechanism_sampler, resolve_attack
-    from dpkd_audit.audit.suite import MIN_SAMPLES
+    from dpkd_audit.audit.libraries import is_library_object
+    from dpkd_audit.audit.suite import samples_within
     from dpkd_audit.provenance import provenance
 
     obj = load_target(spec)
+    if is_library_object(obj):
+        if args.workers is not None:
+            raise ValueError(f"--workers does not apply to {spec}: another library's object "
+                             "is sampled in this process")
+        record = _library_record(obj, spec, args, samples=samples, rng=rng, attack=attack)
+        record["provenance"] = provenance()
+        return record
+    for flag, value in (("--d-in", args.d_in), ("--bounds", args.bounds)):
+        if value is not None:
+            raise ValueError(f"{flag} applies to another library's object (an OpenDP, "
+                             f"diffprivlib, python-dp or Tumult Core mechanism); {spec} is not")
     epsilon, delta = _claim(obj, spec, args)
     if callable(getattr(obj, "sample", None)):
-        if not callable(getattr(obj, "neighbours", None)) and args.neighbours is None:
+        declared = getattr(obj, "neighbours", None)
+        if declared is None and args.neighbours is None:
             raise ValueError(f"--neighbours X X' is required for {spec}: it has sample() but "
-                             "no neighbours() method")
-        if args.neighbours is None:
+                             "no neighbours (a method returning the pair, or the pair)")
+        if args.neighbours is None and not callable(declared):
+            pair = _pair(obj, spec, args)
+            view = None
+
+            def sampler(value: Any, k: int, gen: np.random.Generator) -> Any:
+                return obj.sample(value, k, rng=gen)
+        elif args.neighbours is None:
             sampler, pair, view = mechanism_sampler(obj)
         else:
             def sampler(value: Any, k: int, gen: np.random.Generator) -> Any:
@@ -175,7 +246,7 @@ def user_audit_record(spec: str, args: argparse.Namespace, *, samples: int,
         values = max(1, int(np.size(first[0])))
     except (TypeError, IndexError, KeyError):
         values = 1
-    n = max(MIN_SAMPLES, min(samples, args.max_values // values))
+    n = samples_within(samples, values, args.max_values)
     result = audit_sampler(sampler, *pair, epsilon=epsilon, delta=delta, n=n,
                            confidence=args.confidence, rng=rng, attack=chosen, policy=policy,
                            mechanism=spec, workers=args.workers,

@@ -41,38 +41,62 @@ def record_verdict(record: dict[str, Any]) -> str:
 
 #: The verdicts as the records write them (one vocabulary in JSON, HTML, tables and the CLI).
 _VERDICT_TEXT = {"violation": "violation", "consistent": "consistent",
-                 "inconclusive": "inconclusive (no power)"}
+                 "inconclusive": "inconclusive (no power)",
+                 "unconfirmed": "unconfirmed (no violation)"}
 
 
 def audit_markdown_table(records: Sequence[dict[str, Any]]) -> str:
     """A Markdown table: claimed epsilon, lower bound, ratio, verdict, samples, seconds.
 
-    With more than one record, a last line says that each bound holds at its confidence per
-    audit, not jointly over the table.
+    Records that name the inputs audited get an ``inputs`` column (their types included: a
+    library may dispatch on them); a record with a bound of its real-valued design (float bits
+    excluded) gets a second row for it. With more than one record, a last line says what holds
+    jointly over the table.
     """
     attainable = any(r.get("epsilon_attainable") is not None for r in records)
+    inputs = any(r.get("inputs") for r in records)
     lines = ["| mechanism | claimed eps | eps lower bound | lower / claimed | "
              + ("attainable | " if attainable else "")
-             + "verdict | attack | samples per side | seconds |",
-             "|---|---:|---:|---:|" + ("---:|" if attainable else "") + "---|---|---:|---:|"]
-    for r in records:
+             + "verdict | attack | " + ("inputs | " if inputs else "")
+             + "samples per side | seconds |",
+             "|---|---:|---:|---:|" + ("---:|" if attainable else "") + "---|---|"
+             + ("---|" if inputs else "") + "---:|---:|"]
+
+    def row(r: dict[str, Any], name: str) -> str:
         claimed, lower = float(r["epsilon_claimed"]), float(r["epsilon_lower"])
-        name = f"{r['mechanism']} (control)" if r.get("control") else str(r["mechanism"])
         best = r.get("epsilon_attainable")
-        lines.append(
-            f"| {name} | {_fmt(claimed)} | {_fmt(lower)} | "
-            f"{_fmt(lower / claimed if claimed else math.inf, 3)} | "
-            + (f"{_fmt(best) if best is not None else '-'} | " if attainable else "")
-            + f"{_VERDICT_TEXT[record_verdict(r)]} | "
-            f"{r.get('attack', '-')} | {_fmt(r.get('samples_per_side'))} | "
-            f"{_fmt(r.get('seconds'), 3)} |")
+        pair = r.get("inputs")
+        return (f"| {name} | {_fmt(claimed)} | {_fmt(lower)} | "
+                f"{_fmt(lower / claimed if claimed else math.inf, 3)} | "
+                + (f"{_fmt(best) if best is not None else '-'} | " if attainable else "")
+                + f"{_VERDICT_TEXT[record_verdict(r)]} | {r.get('attack', '-')} | "
+                + (f"{pair[0]} vs {pair[1]} | " if inputs and pair else
+                   ("- | " if inputs else ""))
+                + f"{_fmt(r.get('samples_per_side'))} | {_fmt(r.get('seconds'), 3)} |")
+
+    for r in records:
+        name = f"{r['mechanism']} (control)" if r.get("control") else str(r["mechanism"])
+        lines.append(row(r, name))
+        design = r.get("design")
+        if design:
+            lines.append(row({**design, "seconds": None}, f"{name}: real-valued design"))
     if len(records) > 1:
         confidence = records[0].get("confidence")
         level = f"{float(confidence):.0%}" if confidence is not None else "its confidence"
         lines.append("")
-        lines.append(f"Each bound holds at {level} for its own audit, not jointly: over "
-                     f"{len(records)} audits of correct mechanisms, about "
-                     f"{len(records)} x (1 - confidence) false alarms are expected at most.")
+        family = records[0].get("family_error")
+        if family:
+            lines.append(
+                f"Each bound holds at {level} for its own audit. A violation is reported only "
+                f"when a confirmation on fresh samples passes at "
+                f"{float(family['confirmation_confidence']):.4%}: the chance that any correct "
+                f"mechanism of these {family['audits']} audits is reported violated is at "
+                f"most {float(family['error']):.0%} (Bonferroni).")
+        else:
+            lines.append(f"Each bound holds at {level} for its own audit, not jointly: over "
+                         f"{len(records)} audits of correct mechanisms, about "
+                         f"{len(records)} x (1 - confidence) false alarms are expected at "
+                         "most.")
     return "\n".join(lines)
 
 
