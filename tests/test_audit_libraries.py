@@ -271,3 +271,34 @@ def test_what_a_claim_can_show_is_its_dominating_pairs_attainable_bound():
     assert claim_attainable_epsilon(eps, n=need) >= 0.9
     assert claim_attainable_epsilon(eps, n=int(need / 1.05)) < 0.9
     assert samples_needed(eps, fraction=0.999999, limit=10**6) is None
+
+
+class _Exact:
+    """Tumult's ExactNumber as the adapter sees it: no float(), a rounding to_float."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def to_float(self, round_up):
+        return math.nextafter(self.value, math.inf) if round_up else self.value
+
+
+def _tmlt_like(measure: str, value):
+    kind = type("AddLaplaceNoise", (), {
+        "__module__": "tmlt.core.measurements.noise_mechanisms",
+        "input_domain": type("NumpyFloatDomain", (), {})(),
+        "input_metric": type("AbsoluteDifference", (), {})(),
+        "output_measure": type(measure, (), {})(),
+        "privacy_function": lambda self, d_in: value,
+        "__call__": lambda self, x: float(x)})
+    return kind()
+
+
+def test_a_tumult_claim_is_read_from_its_exact_privacy_function_rounded_up():
+    pure = adapt(_tmlt_like("PureDP", _Exact(1.0)))
+    assert pure.epsilon > 1.0 and pure.epsilon == pytest.approx(1.0) and pure.delta == 0.0
+    assert isinstance(pure.pairs[0][0], np.float64)
+    zcdp = adapt(_tmlt_like("RhoZCDP", _Exact(0.5)), delta=1e-6)
+    assert zcdp.epsilon == pytest.approx(0.5 + 2 * math.sqrt(0.5 * math.log(1e6)))
+    with pytest.raises(UnsupportedLibraryObjectError, match="not read"):
+        adapt(_tmlt_like("RenyiDP", _Exact(1.0)))

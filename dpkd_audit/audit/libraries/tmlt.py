@@ -45,6 +45,13 @@ def _version() -> str:
         return "tmlt.core (version unknown)"
 
 
+def _number(value: Any) -> float:
+    """A float of Tumult's exact number, rounded up (a claim is never made smaller)."""
+    if hasattr(value, "to_float"):
+        return float(value.to_float(round_up=True))
+    return float(value)
+
+
 def from_tmlt(measurement: Any, *, d_in: Any = 1, delta: float | None = None,
               neighbours: Any = None) -> LibraryMechanism:
     """Adapt a Tumult Core measurement (one line: ``from_tmlt(AddLaplaceNoise(...))``).
@@ -68,14 +75,14 @@ def from_tmlt(measurement: Any, *, d_in: Any = 1, delta: float | None = None,
     measure = type(measurement.output_measure).__name__
     value = measurement.privacy_function(d_in)
     if measure == "PureDP":
-        epsilon, claim_delta = float(value), 0.0
+        epsilon, claim_delta = _number(value), 0.0
         source = f"its privacy function at d_in={d_in!r} (PureDP)"
     elif measure == "ApproxDP":
-        epsilon, claim_delta = float(value[0]), float(value[1])
+        epsilon, claim_delta = _number(value[0]), _number(value[1])
         source = f"its privacy function at d_in={d_in!r} (ApproxDP)"
     elif measure == "RhoZCDP":
         at = DEFAULT_DELTA if delta is None else _validate.check_delta(delta)
-        rho = float(value)
+        rho = _number(value)
         epsilon, claim_delta = rho + 2.0 * math.sqrt(rho * math.log(1.0 / at)), at
         source = (f"its privacy function at d_in={d_in!r}: rho={rho:.6g} zCDP, as (epsilon, "
                   f"{at:g})-DP by Bun-Steinke 2016 Prop. 1.3")
