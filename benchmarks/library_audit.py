@@ -8,10 +8,15 @@ per side. The whole run is one suite: each violation must pass a confirmation on
 at ``1 - 0.05 / K`` (K the mechanisms audited), so the chance that any correct mechanism of the
 run is reported violated is at most 5%. Each record (JSON lines) names the library version,
 the claim's source, the pair audited, both stages, the real-valued design's bound when float
-bits won, and the attainable bound of the claim at this sample size.
+bits won, the attainable bound of the claim at this sample size (``attain.``: the most any audit
+of this size can show of a mechanism meeting the claim), the attainable bound of the mechanism's
+own DP event where the adapter names one (``own``: the Gaussians, from their noise scale or the
+claimed rho), and the bounding samples per side at which that attainable bound reaches half the
+claim (``need``: what makes an audit conclusive).
 
 Usage: ``python benchmarks/library_audit.py --library opendp,pydp [--samples 100000]
-[--seed 0] [--out reports/libraries/records.jsonl]``. A library that is not installed is
+[--seed 0] [--only TEXT] [--out reports/libraries/records.jsonl]``; ``--render RECORDS...``
+prints the Markdown table of saved records. A library that is not installed is
 skipped with a line saying so. The libraries are optional extras: ``pip install -e
 ".[libraries]"`` (diffprivlib 0.6.6 needs scikit-learn < 1.8; Tumult Core on Python 3.11
 needs numpy < 2, so it runs in a venv of its own).
@@ -158,8 +163,40 @@ CATALOGUES = {"opendp": opendp_catalogue, "diffprivlib": diffprivlib_catalogue,
               "pydp": pydp_catalogue, "tmlt": tmlt_catalogue}
 
 
+def render(paths: list[Path]) -> str:
+    """A Markdown table of the records in ``paths`` (JSON lines), one row per audit."""
+    rows = ["| library | mechanism | claim (source) | bound | real-valued design | attainable "
+            "(claim / own event) | verdict | confirmation | attack | inputs | samples for "
+            "half the claim |",
+            "|---|---|---|---:|---:|---:|---|---|---|---|---:|"]
+    for path in paths:
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            claim = (f"{r['epsilon_claimed']:.4g}" if r["delta"] == 0
+                     else f"({r['epsilon_claimed']:.4g}, {r['delta']:g})")
+            design = r.get("design")
+            conf = r.get("confirmation")
+            own = r.get("epsilon_attainable")
+            need = r.get("samples_for_half_the_claim")
+            rows.append(
+                f"| {r['library']} | {r['name']} | {claim} ({r['claim_source']}) | "
+                f"{r['epsilon_lower']:.4f} | "
+                + ("-" if not design else f"{design['epsilon_lower']:.4f} "
+                   f"({design['verdict']})")
+                + f" | {r['claim_attainable']:.4f} / "
+                + ("-" if own is None else f"{own:.4f}")
+                + f" | {r['verdict']} | "
+                + ("-" if not conf else f"{conf['epsilon_lower']:.4f} at "
+                   f"{conf['confidence']:.4%}")
+                + f" | {r['attack']} | {r['inputs'][0]} vs {r['inputs'][1]} | "
+                + ("> 10^12" if need is None else f"{need:,}") + " |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--render", type=Path, nargs="+", metavar="RECORDS",
+                        help="print the Markdown table of these records and exit")
     parser.add_argument("--library", default=",".join(CATALOGUES),
                         help=f"comma-separated, of {', '.join(CATALOGUES)}")
     parser.add_argument("--samples", type=int, default=100_000)
@@ -167,6 +204,9 @@ def main() -> None:
     parser.add_argument("--only", help="audit the mechanisms whose name holds this text")
     parser.add_argument("--out", type=Path, help="append JSON lines here")
     args = parser.parse_args()
+    if args.render:
+        print(render(args.render))
+        return
     entries: list[tuple[str, Entry]] = []
     for name in args.library.split(","):
         if name not in CATALOGUES:
@@ -176,7 +216,8 @@ def main() -> None:
         except ImportError as exc:
             print(f"# {name}: not installed or not importable ({exc}); skipped")
             continue
-        entries += [(name, e) for e in catalogue if not args.only or args.only in e[0]]
+        entries += [(name, e) for e in catalogue
+                    if not args.only or args.only.lower() in e[0].lower()]
     confirming = suite_confirmation_confidence(max(1, len(entries)))
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     origin = provenance()
@@ -184,7 +225,8 @@ def main() -> None:
           f"confirmation at {confirming:.5f} (family-wise 5%); {platform.machine()}, Python "
           f"{platform.python_version()}")
     print(f"{'library':12} {'mechanism':40} {'claim':>16} {'bound':>8} {'design':>8} "
-          f"{'attain.':>8} {'verdict':>13} {'attack':>11} {'inputs':>28} {'s':>6}")
+          f"{'attain.':>8} {'own':>8} {'verdict':>13} {'attack':>11} {'inputs':>28} "
+          f"{'need':>9} {'s':>6}")
     rng = np.random.default_rng(args.seed)
     for library, (name, make, options) in entries:
         obj = make()
@@ -194,20 +236,28 @@ def main() -> None:
                                confirmation_confidence=confirming)
         seconds = time.perf_counter() - start
         design = result.design
-        need = samples_needed(result.epsilon_claimed, result.delta)
+        own = result.epsilon_attainable
+        # the samples a conclusive audit needs: for the mechanism's own event where the
+        # adapter names one (a Gaussian), else for the claim's dominating pair (a lower limit)
+        need = samples_needed(result.epsilon_claimed, result.delta, event=mechanism.event)
         claim = (f"{result.epsilon_claimed:.4g}" if result.delta == 0
                  else f"({result.epsilon_claimed:.4g}, {result.delta:g})")
         inputs = f"{result.inputs[0].split(' (')[0]} vs {result.inputs[1].split(' (')[0]}"
         print(f"{library:12} {name:40} {claim:>16} {result.epsilon_lower:8.4f} "
               f"{'-' if design is None else f'{design.epsilon_lower:.4f}':>8} "
-              f"{result.claim_attainable:8.4f} {result.verdict.value:>13} "
-              f"{result.attack.value:>11} {inputs[:28]:>28} {seconds:6.1f}", flush=True)
+              f"{result.claim_attainable:8.4f} "
+              f"{'-' if own is None else f'{own:.4f}':>8} {result.verdict.value:>13} "
+              f"{result.attack.value:>11} {inputs[:28]:>28} "
+              f"{'>1e12' if need is None else f'{need:.2g}':>9} {seconds:6.1f}", flush=True)
         if args.out is not None:
             record = result.to_dict()
             record.update({"library": mechanism.library, "name": name,
                            "claim_source": mechanism.claim,
                            "randomness": mechanism.randomness,
-                           "samples_for_half_the_claim": need, "seed": args.seed,
+                           "samples_for_half_the_claim": need,
+                           "samples_for_half_the_claim_of": (
+                               mechanism.event_note or "the claim's dominating pair"),
+                           "seed": args.seed,
                            "family_error": {"audits": len(entries), "error": 0.05,
                                             "confirmation_confidence": confirming},
                            "command": command, "provenance": origin,

@@ -302,3 +302,26 @@ def test_a_tumult_claim_is_read_from_its_exact_privacy_function_rounded_up():
     assert zcdp.epsilon == pytest.approx(0.5 + 2 * math.sqrt(0.5 * math.log(1e6)))
     with pytest.raises(UnsupportedLibraryObjectError, match="not read"):
         adapt(_tmlt_like("RenyiDP", _Exact(1.0)))
+
+
+def test_a_gaussian_is_audited_against_what_its_own_noise_lets_an_audit_attain():
+    class FakeGaussian:
+        __module__ = "diffprivlib.mechanisms.gaussian"
+
+        def __init__(self):
+            self.epsilon, self.delta, self.sensitivity = 1.0, 1e-5, 1.0
+            self._scale = 3.73
+            self._rng = np.random.RandomState(0)
+
+        def randomise(self, value):
+            return round((value + self._rng.normal(0.0, self._scale)) * 2**10) / 2**10
+
+    FakeGaussian.__name__ = FakeGaussian.__qualname__ = "GaussianAnalytic"
+    mech = adapt(FakeGaussian())
+    assert mech.event.noise_multiplier == pytest.approx(3.73) and "3.73" in mech.event_note
+    result = audit_library(mech, rng=rng_(0), n=20_000)
+    assert 0 < result.epsilon_attainable < result.claim_attainable < 1.0
+    assert "attainable bound of a Gaussian" in result.policy
+    assert result.epsilon_lower <= 1.2 * result.epsilon_attainable
+    needed = samples_needed(1.0, 1e-5, event=mech.event, limit=10**9)
+    assert needed is None or needed > samples_needed(1.0, 1e-5)

@@ -145,11 +145,15 @@ def samples_needed(epsilon: float, delta: float = 0.0, *, fraction: float = 0.5,
     """
     fraction = _validate.check_probability("fraction", fraction, open_low=True)
     target = fraction * _validate.check_epsilon(epsilon)
+    delta = _validate.check_delta(delta)
+    # the tails are computed once (a PLD takes about a second); each n is then a few quantiles
+    tails = (loss_tail_events(event) if event is not None
+             else [_claim_pair(epsilon, delta)])
+    kind = ProbabilityKind.EVENTS if event is not None else ProbabilityKind.PMF
 
     def reach(n: int) -> float:
-        if event is None:
-            return claim_attainable_epsilon(epsilon, delta, n=n, confidence=confidence)
-        return attainable_epsilon(event, n=n, delta=delta, confidence=confidence)
+        return max(optimal_attainable_bound(p, q, n=n, delta=delta, confidence=confidence,
+                                            kind=kind) for p, q in tails)
 
     if reach(limit) < target:
         return None

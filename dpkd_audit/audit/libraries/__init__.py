@@ -20,6 +20,7 @@ measurements (:mod:`.tmlt`). Never imports torch.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -107,7 +108,7 @@ def audit_library(obj: Any, *, rng: np.random.Generator, n: int = DEFAULT_SAMPLE
                   confidence: float = 0.95, attack: Attack | None = None,
                   pilot_n: int | None = None,
                   confirmation_confidence: float | None = CONFIRMATION_CONFIDENCE,
-                  **options: Any) -> AuditResult:
+                  attainable: bool = True, **options: Any) -> AuditResult:
     """Audit another library's mechanism against its own claim, in one call.
 
     Args:
@@ -122,6 +123,9 @@ def audit_library(obj: Any, *, rng: np.random.Generator, n: int = DEFAULT_SAMPLE
             samples of the most telling pair.
         confirmation_confidence: The confirmation a violation must pass (see
             :func:`~dpkd_audit.audit.auditor.audit_sampler`).
+        attainable: Where the adapter names the mechanism's DP event
+            (:attr:`LibraryMechanism.event`), report the bound an audit of this size could
+            attain on it (``epsilon_attainable``; its ``policy`` says what the event is).
         **options: The adapter's options (see :func:`adapt`).
 
     Returns:
@@ -146,15 +150,29 @@ def audit_library(obj: Any, *, rng: np.random.Generator, n: int = DEFAULT_SAMPLE
         pilot = max(MIN_SAMPLES, n // 10) if pilot_n is None else pilot_n
         candidates = [value for p in mechanism.pairs for value in p]
         pairs = [(2 * i, 2 * i + 1) for i in range(len(mechanism.pairs))]
-        pair, result = search_neighbouring_pair(
+        _, result = search_neighbouring_pair(
             mechanism.sample_fn(), candidates, epsilon=mechanism.epsilon,
             delta=mechanism.delta, pilot_n=pilot, n=n, confidence=confidence, rng=rng,
             pairs=pairs, attack=chosen, mechanism=name,
             policy=f"{policy}; pair chosen by a pilot of {pilot:,} per side on each of "
                    f"{len(pairs)} candidate pairs",
             confirmation_confidence=confirmation_confidence)
-        return result
-    return audit_sampler(mechanism.sample_fn(), *pair, epsilon=mechanism.epsilon,
-                         delta=mechanism.delta, n=n, confidence=confidence, rng=rng,
-                         attack=chosen, mechanism=name, policy=policy,
-                         confirmation_confidence=confirmation_confidence)
+    else:
+        result = audit_sampler(mechanism.sample_fn(), *pair, epsilon=mechanism.epsilon,
+                               delta=mechanism.delta, n=n, confidence=confidence, rng=rng,
+                               attack=chosen, mechanism=name, policy=policy,
+                               confirmation_confidence=confirmation_confidence)
+    if attainable and mechanism.event is not None:
+        from dpkd_audit.accountants.base import UnsupportedEventError
+        from dpkd_audit.audit.attainable import attainable_epsilon
+
+        try:
+            best = attainable_epsilon(mechanism.event, n=result.bound_samples,
+                                      delta=mechanism.delta, confidence=result.confidence)
+        except (UnsupportedEventError, ValueError):
+            best = None
+        if best is not None:
+            result = dataclasses.replace(
+                result, epsilon_attainable=best,
+                policy=f"{result.policy}; attainable bound of {mechanism.event_note}")
+    return result

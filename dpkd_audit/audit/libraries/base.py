@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["DEFAULT_DELTA", "LibraryMechanism", "UnsupportedLibraryObjectError",
-           "scalar_pairs"]
+           "gaussian_event", "scalar_pairs", "zcdp_gaussian_event"]
 
 #: The delta at which a claim given as a curve (zCDP, a privacy profile) is read, unless the
 #: caller names one.
@@ -47,6 +47,11 @@ class LibraryMechanism:
         seeded: Builds ``release`` on a generator seeded with the given integer (for a library
             that takes one); ``None``: the library draws from its own randomness.
         randomness: Where the library's randomness comes from (recorded).
+        event: A DP event (``dp_accounting``) whose privacy-loss distribution is the
+            mechanism's, where the adapter can name it (a Gaussian of the library's own noise
+            scale, or of the claimed zCDP's rho): the audit then reports the bound an audit of
+            its size could attain (``epsilon_attainable``). ``None`` where unknown.
+        event_note: What ``event`` is (recorded beside the attainable bound).
     """
 
     name: str
@@ -58,6 +63,8 @@ class LibraryMechanism:
     release: Callable[[Any], Any]
     seeded: Callable[[int], Callable[[Any], Any]] | None = None
     randomness: str = "the library's own (not seeded: audits are not reproducible)"
+    event: Any = None
+    event_note: str | None = None
 
     def neighbours(self) -> tuple[Any, Any]:
         """The first pair of neighbouring inputs."""
@@ -82,6 +89,24 @@ class LibraryMechanism:
         claim = (f"{self.epsilon:.6g}" if self.delta == 0
                  else f"({self.epsilon:.6g}, {self.delta:g})")
         return f"{self.name} ({self.library}): claimed {claim} from {self.claim}"
+
+
+def gaussian_event(sigma: float, sensitivity: float) -> Any:
+    """dp_accounting's Gaussian event of noise ``sigma`` at this sensitivity (or ``None``)."""
+    from dp_accounting import dp_event
+
+    try:
+        ratio = float(sigma) / float(sensitivity)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None
+    if not (math.isfinite(ratio) and ratio > 0):
+        return None
+    return dp_event.GaussianDpEvent(ratio)
+
+
+def zcdp_gaussian_event(rho: float) -> Any:
+    """The Gaussian event whose zCDP is ``rho`` (noise multiplier ``1 / sqrt(2 rho)``)."""
+    return gaussian_event(1.0 / math.sqrt(2.0 * rho), 1.0) if rho > 0 else None
 
 
 def _clean(value: float, integer: bool) -> Any:

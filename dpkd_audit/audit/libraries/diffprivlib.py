@@ -18,6 +18,7 @@ secure generator, which draws the same uniforms into the same formulas.
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from dpkd_audit.audit.libraries.base import (
     LibraryMechanism,
     UnsupportedLibraryObjectError,
     check_pairs,
+    gaussian_event,
     scalar_pairs,
 )
 
@@ -144,8 +146,15 @@ def from_diffprivlib(obj: Any, *, neighbours: Any = None) -> LibraryMechanism:
             return twin.randomise
 
         release = obj.randomise
+    event = note = None
+    if kind in ("Gaussian", "GaussianAnalytic", "GaussianDiscrete"):
+        event = gaussian_event(getattr(obj, "_scale", math.nan), obj.sensitivity)
+        note = (f"a Gaussian of its own noise scale {getattr(obj, '_scale', None)!r}"
+                + (" (continuous: the discrete one is no easier to audit)"
+                   if kind == "GaussianDiscrete" else ""))
     return LibraryMechanism(
         name=f"diffprivlib {kind}", library=_version(), epsilon=epsilon, delta=delta,
         claim=claim, pairs=pairs, release=release, seeded=seeded,
         randomness="numpy RandomState seeded from the audit's rng (diffprivlib's "
-                   "random_state)")
+                   "random_state)",
+        event=event, event_note=note if event is not None else None)

@@ -32,6 +32,7 @@ from dpkd_audit.audit.libraries.base import (
     check_pairs,
     dataset_pairs,
     scalar_pairs,
+    zcdp_gaussian_event,
 )
 
 __all__ = ["from_opendp", "is_opendp"]
@@ -60,7 +61,8 @@ def _default_d_in(metric: Any) -> Any:
     return 1.0 if kind in _FLOATS else 1
 
 
-def _claim(measurement: Any, d_in: Any, delta: float | None) -> tuple[float, float, str]:
+def _claim(measurement: Any, d_in: Any,
+           delta: float | None) -> tuple[float, float, str, float | None]:
     measure = str(measurement.output_measure.type)
     if measure == "MaxDivergence":
         if delta not in (None, 0.0):
@@ -68,16 +70,16 @@ def _claim(measurement: Any, d_in: Any, delta: float | None) -> tuple[float, flo
                 f"delta={delta!r}: this measurement's measure is pure DP (MaxDivergence); "
                 "leave delta out")
         epsilon = float(measurement.map(d_in))
-        return epsilon, 0.0, f"its privacy map at d_in={d_in!r} (MaxDivergence)"
+        return epsilon, 0.0, f"its privacy map at d_in={d_in!r} (MaxDivergence)", None
     if measure.startswith("Approximate") and "MaxDivergence" in measure:
         epsilon, own_delta = measurement.map(d_in)
         return (float(epsilon), float(own_delta),
-                f"its privacy map at d_in={d_in!r} ({measure})")
+                f"its privacy map at d_in={d_in!r} ({measure})", None)
     at = DEFAULT_DELTA if delta is None else _validate.check_delta(delta)
     if measure == "SmoothedMaxDivergence":
         profile = measurement.map(d_in)
         return (float(profile.epsilon(at)), at,
-                f"its privacy profile at d_in={d_in!r}, read at delta={at:g}")
+                f"its privacy profile at d_in={d_in!r}, read at delta={at:g}", None)
     if measure == "ZeroConcentratedDivergence":
         import opendp.prelude as dp
 
@@ -85,7 +87,7 @@ def _claim(measurement: Any, d_in: Any, delta: float | None) -> tuple[float, flo
         profile = dp.c.make_zCDP_to_approxDP(measurement).map(d_in)
         return (float(profile.epsilon(at)), at,
                 f"its privacy map at d_in={d_in!r}: rho={rho:.6g} zCDP, as (epsilon, "
-                f"{at:g})-DP by OpenDP's make_zCDP_to_approxDP")
+                f"{at:g})-DP by OpenDP's make_zCDP_to_approxDP", rho)
     raise UnsupportedLibraryObjectError(
         f"OpenDP output measure {measure} is not read by the adapter (MaxDivergence, "
         "Approximate(MaxDivergence), SmoothedMaxDivergence, ZeroConcentratedDivergence are)")
@@ -158,7 +160,7 @@ def from_opendp(measurement: Any, *, d_in: Any = None, delta: float | None = Non
             f"expected an OpenDP Measurement; got {type(measurement).__module__}."
             f"{type(measurement).__name__}")
     d_in = _default_d_in(measurement.input_metric) if d_in is None else d_in
-    epsilon, claim_delta, source = _claim(measurement, d_in, delta)
+    epsilon, claim_delta, source, rho = _claim(measurement, d_in, delta)
     pairs = (check_pairs(neighbours, "neighbours") if neighbours is not None
              else _pairs(measurement, d_in))
     return LibraryMechanism(
@@ -166,4 +168,6 @@ def from_opendp(measurement: Any, *, d_in: Any = None, delta: float | None = Non
         library=_version(), epsilon=epsilon, delta=claim_delta, claim=source, pairs=pairs,
         release=measurement.__call__,
         randomness="OpenDP's own secure generator (not seedable: audits are not "
-                   "reproducible)")
+                   "reproducible)",
+        event=None if rho is None else zcdp_gaussian_event(rho),
+        event_note=None if rho is None else f"a Gaussian with the claimed rho={rho:.6g}")

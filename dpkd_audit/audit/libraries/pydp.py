@@ -23,6 +23,7 @@ from dpkd_audit.audit.libraries.base import (
     UnsupportedLibraryObjectError,
     check_pairs,
     dataset_pairs,
+    gaussian_event,
     scalar_pairs,
 )
 
@@ -74,6 +75,7 @@ def from_pydp(obj: Any, *, lower: float | None = None, upper: float | None = Non
             f"({', '.join(sorted(_AGGREGATIONS))}); got {type(obj).__module__}."
             f"{type(obj).__name__}")
     kind = type(obj).__name__
+    event = note = None
     epsilon, delta = float(obj.epsilon), float(getattr(obj, "delta", 0.0) or 0.0)
     claim = f"its epsilon={obj.epsilon!r}, delta={getattr(obj, 'delta', 0.0)!r} attributes"
     if kind in _MECHANISMS:
@@ -84,6 +86,10 @@ def from_pydp(obj: Any, *, lower: float | None = None, upper: float | None = Non
 
         def release(value: Any) -> Any:
             return obj.add_noise(value)
+
+        if kind == "GaussianMechanism":
+            event = gaussian_event(obj.std, sensitivity)
+            note = f"a Gaussian of its own std {obj.std!r}"
     else:
         dtype = str(getattr(obj, "dtype", "float"))
         cast = float if dtype == "float" else int
@@ -105,4 +111,5 @@ def from_pydp(obj: Any, *, lower: float | None = None, upper: float | None = Non
     return LibraryMechanism(
         name=f"python-dp {kind}", library=_version(), epsilon=epsilon, delta=delta,
         claim=claim, pairs=pairs, release=release,
-        randomness="python-dp's own generator (not seedable: audits are not reproducible)")
+        randomness="python-dp's own generator (not seedable: audits are not reproducible)",
+        event=event, event_note=note if event is not None else None)

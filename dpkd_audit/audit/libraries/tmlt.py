@@ -25,6 +25,7 @@ from dpkd_audit.audit.libraries.base import (
     UnsupportedLibraryObjectError,
     check_pairs,
     scalar_pairs,
+    zcdp_gaussian_event,
 )
 
 __all__ = ["from_tmlt", "is_tmlt"]
@@ -74,6 +75,7 @@ def from_tmlt(measurement: Any, *, d_in: Any = 1, delta: float | None = None,
             f"{type(measurement).__name__}")
     measure = type(measurement.output_measure).__name__
     value = measurement.privacy_function(d_in)
+    rho = None
     if measure == "PureDP":
         epsilon, claim_delta = _number(value), 0.0
         source = f"its privacy function at d_in={d_in!r} (PureDP)"
@@ -109,4 +111,6 @@ def from_tmlt(measurement: Any, *, d_in: Any = 1, delta: float | None = None,
     return LibraryMechanism(
         name=f"tmlt.core {type(measurement).__name__}", library=_version(), epsilon=epsilon,
         delta=claim_delta, claim=source, pairs=pairs, release=measurement.__call__,
-        randomness="Tumult Core's own generator (not seedable: audits are not reproducible)")
+        randomness="Tumult Core's own generator (not seedable: audits are not reproducible)",
+        event=None if rho is None else zcdp_gaussian_event(rho),
+        event_note=None if rho is None else f"a Gaussian with the claimed rho={rho:.6g}")
