@@ -298,7 +298,7 @@ def test_delta_aware_bound():
     honest = audit_sampler(leaky, 0, 1, epsilon=0.1, delta=0.01, n=50_000, rng=rng_(0))
     assert not honest.violation and honest.delta == 0.01
     refuted = audit_sampler(leaky, 0, 1, epsilon=0.1, delta=0.0, n=50_000, rng=rng_(0))
-    assert refuted.violation and refuted.event == "output in {2}"
+    assert refuted.violation and refuted.event in ("output in {2}", "output > 1")
     assert refuted.direction == "x' vs x"
 
 
@@ -424,7 +424,7 @@ def test_audit_sampler_rejects_bad_arguments(kwargs, name):
     lambda x, n, rng: 3,
     lambda x, n, rng: "abc",
     lambda x, n, rng: rng.normal(size=n) + 1j,
-    lambda x, n, rng: [[1, 2]] * (n - 1) + [{"a": 1}],
+    lambda x, n, rng: [[1, 2]] * (n - 1) + [{1, 2}],  # a set: unhashable
     lambda x, n, rng: rng.normal(size=(n, 2 if x == 0 else 3)),
     lambda x, n, rng: rng.normal(size=n) if x == 0 else rng.integers(0, 2, n),
 ])

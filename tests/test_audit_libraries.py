@@ -325,3 +325,75 @@ def test_a_gaussian_is_audited_against_what_its_own_noise_lets_an_audit_attain()
     assert result.epsilon_lower <= 1.2 * result.epsilon_attainable
     needed = samples_needed(1.0, 1e-5, event=mech.event, limit=10**9)
     assert needed is None or needed > samples_needed(1.0, 1e-5)
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def test_the_command_line_takes_neighbours_as_an_attribute_and_honours_small_samples(
+        tmp_path, capsys):
+    from dpkd_audit.cli.main import main
+
+    source = tmp_path / "attr.py"
+    source.write_text(
+        "import numpy as np\n"
+        "class Mech:\n"
+        "    epsilon = 1.1\n"
+        "    neighbours = (0, 1)\n"
+        "    def sample(self, x, n, *, rng):\n"
+        "        return np.where(rng.random(n) < 0.75, x, 1 - x)\n"
+        "mech = Mech()\n")
+    assert main(["audit", f"{source}:mech", "--samples", "1000", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["samples_per_side"] == 1000  # not raised to 2,000 behind the user's back
+    assert record["inputs"] == ["0 (int)", "1 (int)"]  # the types audited are shown
+
+
+def test_an_inconclusive_audit_says_what_its_sample_size_can_show(tmp_path, capsys):
+    from dpkd_audit.cli.main import main
+
+    source = tmp_path / "weak.py"
+    source.write_text(
+        "import numpy as np\n"
+        "def sampler(x, n, rng):\n"
+        "    return np.round((x + rng.normal(0.0, 5.0, n)) * 1024) / 1024\n")
+    assert main(["audit", f"{source}:sampler", "--epsilon", "1", "--delta", "1e-5",
+                 "--neighbours", "0.0", "1.0", "--samples", "5000"]) == 0
+    out = capsys.readouterr().out
+    assert "inconclusive" in out and "can show at most" in out and "needs at least" in out
+    assert "inputs audited: x = 0.0 (float), x' = 1.0 (float)" in out
+
+
+def test_the_core_install_leaves_the_heavy_libraries_to_extras():
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    core = {d.split(">")[0].split("=")[0].strip() for d in project["project"]["dependencies"]}
+    assert core == {"numpy", "scipy", "dp-accounting", "mpmath", "tqdm"}
+    extras = project["project"]["optional-dependencies"]
+    assert {"torch>=2.2", "opacus>=1.5"} <= set(extras["pipelines"])
+
+
+def test_a_pipeline_command_without_its_extra_names_the_extra(monkeypatch, capsys):
+    import builtins
+
+    from dpkd_audit.cli.main import main
+
+    real_import = builtins.__import__
+
+    def no_torch(name, *args, **kwargs):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError("No module named 'torch'", name="torch")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    for module in [m for m in __import__("sys").modules if m.startswith("torch")]:
+        monkeypatch.delitem(__import__("sys").modules, module)
+    for module in [m for m in __import__("sys").modules
+                   if m.startswith(("dpkd_audit.pipelines", "dpkd_audit.devices"))]:
+        monkeypatch.delitem(__import__("sys").modules, module)
+    code = main(["run", "rknn", "--dataset", "digits", "--epsilon", "1", "--out",
+                 "/nonexistent-dpkd-out"])
+    err = capsys.readouterr().err
+    assert code == 2 and "dpkd-audit[pipelines]" in err

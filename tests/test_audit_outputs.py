@@ -40,7 +40,7 @@ def test_prepare_outputs_classifies_batches(raw, kind):
 
 
 @pytest.mark.parametrize("raw", [np.zeros(3), np.zeros((3, 4)), [1, 2, 3], 7, np.float64(1.0),
-                                 "abcd", np.zeros(4) + 1j, [[1], {"a": 1}, [2], [3]]])
+                                 "abcd", np.zeros(4) + 1j, [[1], {1, 2}, [2], [3]]])
 def test_prepare_outputs_rejects_wrong_batches(raw):
     with pytest.raises(ValueError, match="sampler"):
         prepare_outputs(raw, 4)

@@ -41,7 +41,14 @@ import numpy as np
 from dpkd_audit import _validate
 from dpkd_audit.audit.attacks import Attack, Candidate, Selection, select_event
 from dpkd_audit.audit.bounds import epsilon_lower_bound
-from dpkd_audit.audit.outputs import KeyCoder, Outputs, prepare_outputs
+from dpkd_audit.audit.outputs import (
+    KeyCoder,
+    OutputKind,
+    Outputs,
+    as_object,
+    conform,
+    prepare_outputs,
+)
 from dpkd_audit.executor import ExecutorConfig
 
 if TYPE_CHECKING:
@@ -321,14 +328,6 @@ def _draw(sampler: Sampler, x: Any, k: int, rng: np.random.Generator) -> Outputs
     return prepare_outputs(sampler(x, k, rng), k, name="sampler")
 
 
-def _check_same(reference: Outputs, other: Outputs) -> None:
-    if other.signature() != reference.signature():
-        raise ValueError(
-            f"sampler must return outputs of one kind and shape for both inputs and every call; "
-            f"got {reference.kind.value} {reference.item_shape} and {other.kind.value} "
-            f"{other.item_shape}")
-
-
 def _count(sampler: Sampler, x: Any, total: int, rng: np.random.Generator,
            candidates: list[Candidate], reference: Outputs) -> list[int]:
     """Hits of each candidate among the same ``total`` fresh outputs on ``x`` (in chunks)."""
@@ -338,10 +337,10 @@ def _count(sampler: Sampler, x: Any, total: int, rng: np.random.Generator,
     done = 0
     while done < total:
         k = min(chunk, total - done)
-        batch = _draw(sampler, x, k, rng)
-        _check_same(reference, batch)
+        batch, fits = conform(_draw(sampler, x, k, rng), reference)
         for i, candidate in enumerate(candidates):
-            hits[i] += int(np.count_nonzero(candidate.indicator(batch)))
+            hit = candidate.indicator(batch)
+            hits[i] += int(np.count_nonzero(hit if fits is None else hit & fits))
         done += k
     return hits
 
@@ -498,16 +497,18 @@ def audit_sampler(sampler: Sampler, x: Any, x_prime: Any, *, epsilon: float,
 
     sel_x = _draw(sampler, x, m, rng)
     sel_xp = _draw(sampler, x_prime, m, rng)
-    _check_same(sel_x, sel_xp)
+    if OutputKind.OBJECT in (sel_x.kind, sel_xp.kind):  # numbers beside rare other values
+        sel_x, sel_xp = as_object(sel_x), as_object(sel_xp)
+    conform(sel_xp, sel_x)  # the same kind and shape on both inputs, or a clear error
     alpha = (1.0 - confidence) / 2.0
     coder = KeyCoder()
-    candidate = select_event(sel_x, sel_xp, attack, Selection(delta, alpha, rng), coder)
+    selection = Selection(delta, alpha, rng, bound_samples=total)
+    candidate = select_event(sel_x, sel_xp, attack, selection, coder)
     candidates = [candidate]
     if attack is Attack.AUTO and candidate.attack is Attack.FLOAT_BITS:
         # the float-bit leak would hide any flaw of the design: bound that too, on the same
         # samples (each bound is valid for its own event)
-        candidates.append(select_event(sel_x, sel_xp, Attack.AUTO_REAL,
-                                       Selection(delta, alpha, rng), coder))
+        candidates.append(select_event(sel_x, sel_xp, Attack.AUTO_REAL, selection, coder))
     counted = _count_both(sampler, x, x_prime, total, candidates, sel_x, rng=rng,
                           workers=workers, executor=executor)
     lowers = [_lower(c, hits, total, delta, confidence) for c, hits in zip(

@@ -2,7 +2,7 @@
 
 The auditors accept any sampler ``f(x, n, rng)`` returning ``n`` outputs stacked on axis 0: a 1-D
 array of scalars, an ``(n, ...)`` array of vectors (numeric or structured), or a sequence of
-hashable discrete values (ints, tuples, strings). This module turns such a batch into the
+hashable discrete values (ints, tuples, strings, dicts). This module turns such a batch into the
 representations the attacks work on; every map here is a fixed function of one output, so any
 event defined through it is a fixed event of the output space (what the validity of the bound
 needs).
@@ -13,12 +13,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import re
 from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["ArrayValue", "OutputKind", "Outputs", "float_bit_keys", "leaf_view",
-           "leaf_width", "prepare_outputs", "structure_keys"]
+__all__ = ["ArrayValue", "DictValue", "OutputKind", "Outputs", "as_object", "conform",
+           "float_bit_keys", "leaf_view", "leaf_width", "prepare_outputs", "structure_keys"]
 
 
 class OutputKind(enum.Enum):
@@ -74,6 +75,21 @@ class ArrayValue(NamedTuple):
     data: bytes
 
 
+class DictValue(NamedTuple):
+    """A dict inside an output, as a hashable value: its ``(key, value)`` items sorted by key.
+
+    A release as a dict (a sparse histogram ``{bin: noisy count}``, named statistics) is read
+    as its sorted items: equal dicts give equal values whatever their insertion order, the keys
+    present are its structure and the values its numbers (:func:`leaf_view`).
+    """
+
+    items: tuple[tuple[Any, Any], ...]
+
+
+def _item_order(item: tuple[Any, Any]) -> tuple[str, Any]:
+    return type(item[0]).__name__, item[0]
+
+
 def _hashable(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return ArrayValue(value.dtype.str, value.shape, value.tobytes())
@@ -81,6 +97,13 @@ def _hashable(value: Any) -> Any:
         return value.item()
     if isinstance(value, list | tuple):
         return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        items = [(_hashable(k), _hashable(v)) for k, v in value.items()]
+        try:
+            items.sort(key=_item_order)
+        except TypeError:  # keys of one type that do not compare: by their text
+            items.sort(key=lambda item: (type(item[0]).__name__, repr(item[0])))
+        return DictValue(tuple(items))
     try:
         hash(value)
     except TypeError as exc:
@@ -102,7 +125,8 @@ def prepare_outputs(raw: Any, n: int, *, name: str = "sampler") -> Outputs:
 
     Raises:
         ValueError: If the batch does not hold exactly ``n`` outputs stacked on axis 0, or holds
-            complex numbers or unhashable values.
+            complex numbers or unhashable values (dicts are read as their sorted items,
+            :class:`DictValue`).
     """
     arr: np.ndarray | None = None
     if isinstance(raw, np.ndarray):
@@ -155,6 +179,61 @@ def prepare_outputs(raw: Any, n: int, *, name: str = "sampler") -> Outputs:
         kind = OutputKind.SCALAR_FLOAT if arr.dtype.kind == "f" else OutputKind.SCALAR_INT
         return Outputs(kind, arr)
     return Outputs(OutputKind.ARRAY, np.ascontiguousarray(arr))
+
+
+def as_object(outputs: Outputs) -> Outputs:
+    """The same outputs as hashable objects (numbers as Python numbers, rows as tuples).
+
+    For a sampler whose outputs are numbers but *sometimes* another value (a rare
+    ``('debug', x)`` record beside plain floats): a batch without the rare value is a numeric
+    array, a batch with it is an object batch, and the two are read on one footing as objects.
+    A fixed function of each output, so events defined on it stay fixed events.
+    """
+    if outputs.kind is OutputKind.OBJECT:
+        return outputs
+    keys = np.empty(len(outputs), dtype=object)
+    keys[:] = [_hashable(v) for v in outputs.data.tolist()]
+    return Outputs(OutputKind.OBJECT, keys)
+
+
+def conform(batch: Outputs, reference: Outputs) -> tuple[Outputs, np.ndarray | None]:
+    """``batch`` read as outputs of ``reference``'s kind, and which of its outputs fit.
+
+    - An object reference: the batch as objects (:func:`as_object`); every output fits.
+    - A numeric reference and an object batch (a rare non-numeric output appeared after the
+      event was chosen on numbers): the outputs that are numbers of the reference's shape are
+      kept, the others replaced by zeros and marked as not fitting; an event chosen on numbers
+      counts none of them (it is the fixed event "a number, and in S").
+
+    Returns:
+        ``(batch, fits)``; ``fits`` is ``None`` when every output fits.
+
+    Raises:
+        ValueError: If two numeric batches differ in kind, dtype kind or shape.
+    """
+    if reference.kind is OutputKind.OBJECT:
+        return as_object(batch), None
+    if batch.kind is OutputKind.OBJECT:
+        shape = reference.item_shape
+        data = np.zeros((len(batch), *shape), dtype=reference.data.dtype)
+        fits = np.zeros(len(batch), dtype=bool)
+        for i, value in enumerate(batch.data):
+            if isinstance(value, str | bytes | ArrayValue | DictValue):
+                continue
+            try:
+                row = np.asarray(value, dtype=reference.data.dtype)
+            except (TypeError, ValueError, OverflowError):
+                continue
+            if row.shape == shape:
+                data[i] = row
+                fits[i] = True
+        return Outputs(reference.kind, data), fits
+    if batch.signature() != reference.signature():
+        raise ValueError(
+            f"sampler must return outputs of one kind and shape for both inputs and every call; "
+            f"got {reference.kind.value} {reference.item_shape} and {batch.kind.value} "
+            f"{batch.item_shape}")
+    return batch, None
 
 
 # --------------------------------------------------------------------------- discrete keys
@@ -219,21 +298,46 @@ class KeyCoder:
         return _row_hash(data)
 
 
+#: A number written in a string: optional sign, digits with an optional fraction (or a
+#: fraction alone), optional exponent (``"0.734"``, ``"-3"``, ``"1e-05"``).
+NUMBER_IN_TEXT = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def _is_integer_text(token: str) -> bool:
+    return "." not in token and "e" not in token and "E" not in token
+
+
+def _masked_text(text: str) -> str:
+    """``text`` with its real-number tokens (a fraction or an exponent) replaced by ``#``.
+
+    ``"k:0.734"`` becomes ``"k:#"`` (its template recurs when the value does not); integer
+    tokens (``"count=12"``) are discrete values and stay.
+    """
+    return NUMBER_IN_TEXT.sub(lambda m: m.group(0) if _is_integer_text(m.group(0)) else "#",
+                              text)
+
+
 def _skeleton(value: Any, discrete: bool) -> Any:
     """The structure of one object output: types and lengths, and its discrete values if asked.
 
     Real numbers (and float arrays) become their type alone; integers, booleans, strings and
-    integer arrays keep their value when ``discrete`` (else their type); tuples keep their
-    length and the skeletons of their items.
+    integer arrays keep their value when ``discrete`` (else their type), a string with its
+    real-number tokens masked (:func:`_masked_text`); tuples keep their length and the
+    skeletons of their items; dicts keep their keys (which fields or bins are present) and the
+    skeletons of their values.
     """
     if isinstance(value, ArrayValue):
         kind = np.dtype(value.dtype).kind
         if discrete and kind in "biuUSa":
             return value
         return ("array", value.dtype, value.shape)
+    if isinstance(value, DictValue):
+        return ("dict", *((_skeleton(k, True), _skeleton(v, discrete)) for k, v in value.items))
     if isinstance(value, tuple):
         return (len(value), *(_skeleton(v, discrete) for v in value))
-    if isinstance(value, bool | int | str | bytes) or value is None:
+    if isinstance(value, str):
+        return _masked_text(value) if discrete else "str"
+    if isinstance(value, bool | int | bytes) or value is None:
         return value if discrete else type(value).__name__
     if isinstance(value, float):
         return "float"
@@ -264,7 +368,11 @@ MAX_LEAVES = 64
 
 
 def _leaves(value: Any, out: list[float]) -> None:
-    """Append the numbers of one object output, depth first (NaN for any other leaf)."""
+    """Append the numbers of one object output, depth first (NaN for any other leaf).
+
+    A string contributes the numbers written in it (:data:`NUMBER_IN_TEXT`; ``"k:0.734"``
+    gives 0.734), or one NaN when it holds none; a dict its keys and values in key order.
+    """
     if isinstance(value, ArrayValue):  # a NamedTuple: before the tuples
         dtype = np.dtype(value.dtype)
         if dtype.kind in "biuf":
@@ -279,6 +387,12 @@ def _leaves(value: Any, out: list[float]) -> None:
             out.append(float(value))
         except OverflowError:  # an int beyond the doubles
             out.append(math.inf if value > 0 else -math.inf)
+    elif isinstance(value, str):
+        tokens = NUMBER_IN_TEXT.findall(value)
+        if tokens:
+            out.extend(float(t) for t in tokens)
+        else:
+            out.append(math.nan)
     else:
         out.append(math.nan)
 
@@ -303,8 +417,9 @@ def leaf_width(*batches: Outputs) -> int:
 def leaf_view(outputs: Outputs, width: int) -> Outputs:
     """Object outputs as numeric vectors: their numbers in order, NaN-padded, and their count.
 
-    Column ``j < width`` holds an output's ``j``-th number (depth first through tuples, lists
-    and arrays; NaN past its end and for strings or other leaves), column ``width`` how many
+    Column ``j < width`` holds an output's ``j``-th number (depth first through tuples, lists,
+    dicts and arrays, and the numbers written in strings; NaN past its end and for other
+    leaves), column ``width`` how many
     leaves it has. A ragged list of answers or ``(index, value)`` tuples becomes a vector whose
     missing values say which answers exist, so the vector attacks (coordinate, classifier,
     float bits, the discrete projection) read its values as well as its length. A fixed

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["DEFAULT_DELTA", "LibraryMechanism", "UnsupportedLibraryObjectError",
-           "gaussian_event", "scalar_pairs", "zcdp_gaussian_event"]
+           "gaussian_event", "library_version", "scalar_pairs", "zcdp_gaussian_event"]
 
 #: The delta at which a claim given as a curve (zCDP, a privacy profile) is read, unless the
 #: caller names one.
@@ -89,6 +89,16 @@ class LibraryMechanism:
         claim = (f"{self.epsilon:.6g}" if self.delta == 0
                  else f"({self.epsilon:.6g}, {self.delta:g})")
         return f"{self.name} ({self.library}): claimed {claim} from {self.claim}"
+
+
+def library_version(distribution: str) -> str:
+    """``"opendp 0.16.0"``: a library and its installed version (read from its metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"{distribution} {version(distribution)}"
+    except PackageNotFoundError:
+        return f"{distribution} (version unknown)"
 
 
 def gaussian_event(sigma: float, sensitivity: float) -> Any:

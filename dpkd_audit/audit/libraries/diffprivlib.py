@@ -28,6 +28,7 @@ from dpkd_audit.audit.libraries.base import (
     UnsupportedLibraryObjectError,
     check_pairs,
     gaussian_event,
+    library_version,
     scalar_pairs,
 )
 
@@ -53,13 +54,6 @@ def is_diffprivlib(obj: Any) -> bool:
         getattr(obj, "randomise", None))
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return f"diffprivlib {version('diffprivlib')}"
-    except PackageNotFoundError:
-        return "diffprivlib (version unknown)"
 
 
 def _utility_pairs(obj: Any, count: int = 3) -> tuple[tuple[Any, Any], ...]:
@@ -153,7 +147,8 @@ def from_diffprivlib(obj: Any, *, neighbours: Any = None) -> LibraryMechanism:
                 + (" (continuous: the discrete one is no easier to audit)"
                    if kind == "GaussianDiscrete" else ""))
     return LibraryMechanism(
-        name=f"diffprivlib {kind}", library=_version(), epsilon=epsilon, delta=delta,
+        name=f"diffprivlib {kind}", library=library_version("diffprivlib"), epsilon=epsilon,
+        delta=delta,
         claim=claim, pairs=pairs, release=release, seeded=seeded,
         randomness="numpy RandomState seeded from the audit's rng (diffprivlib's "
                    "random_state)",

@@ -31,6 +31,7 @@ from dpkd_audit.audit.libraries.base import (
     UnsupportedLibraryObjectError,
     check_pairs,
     dataset_pairs,
+    library_version,
     scalar_pairs,
     zcdp_gaussian_event,
 )
@@ -47,13 +48,6 @@ def is_opendp(obj: Any) -> bool:
     return kind.__module__.startswith("opendp") and kind.__name__ == "Measurement"
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return f"opendp {version('opendp')}"
-    except PackageNotFoundError:
-        return "opendp (version unknown)"
 
 
 def _default_d_in(metric: Any) -> Any:
@@ -165,7 +159,8 @@ def from_opendp(measurement: Any, *, d_in: Any = None, delta: float | None = Non
              else _pairs(measurement, d_in))
     return LibraryMechanism(
         name=f"opendp measurement {measurement.input_domain} -> {measurement.output_measure}",
-        library=_version(), epsilon=epsilon, delta=claim_delta, claim=source, pairs=pairs,
+        library=library_version("opendp"), epsilon=epsilon, delta=claim_delta, claim=source,
+        pairs=pairs,
         release=measurement.__call__,
         randomness="OpenDP's own secure generator (not seedable: audits are not "
                    "reproducible)",

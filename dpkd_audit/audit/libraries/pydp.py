@@ -24,6 +24,7 @@ from dpkd_audit.audit.libraries.base import (
     check_pairs,
     dataset_pairs,
     gaussian_event,
+    library_version,
     scalar_pairs,
 )
 
@@ -41,13 +42,6 @@ def is_pydp(obj: Any) -> bool:
         _MECHANISMS | _AGGREGATIONS)
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return f"python-dp {version('python-dp')}"
-    except PackageNotFoundError:
-        return "python-dp (version unknown)"
 
 
 def from_pydp(obj: Any, *, lower: float | None = None, upper: float | None = None,
@@ -109,7 +103,8 @@ def from_pydp(obj: Any, *, lower: float | None = None, upper: float | None = Non
         def release(value: Any) -> Any:
             return obj.quick_result(list(value))
     return LibraryMechanism(
-        name=f"python-dp {kind}", library=_version(), epsilon=epsilon, delta=delta,
+        name=f"python-dp {kind}", library=library_version("python-dp"), epsilon=epsilon,
+        delta=delta,
         claim=claim, pairs=pairs, release=release,
         randomness="python-dp's own generator (not seedable: audits are not reproducible)",
         event=event, event_note=note if event is not None else None)

@@ -24,6 +24,7 @@ from dpkd_audit.audit.libraries.base import (
     LibraryMechanism,
     UnsupportedLibraryObjectError,
     check_pairs,
+    library_version,
     scalar_pairs,
     zcdp_gaussian_event,
 )
@@ -37,13 +38,6 @@ def is_tmlt(obj: Any) -> bool:
         getattr(obj, "privacy_function", None))
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return f"tmlt.core {version('tmlt.core')}"
-    except PackageNotFoundError:
-        return "tmlt.core (version unknown)"
 
 
 def _number(value: Any) -> float:
@@ -109,7 +103,8 @@ def from_tmlt(measurement: Any, *, d_in: Any = 1, delta: float | None = None,
         pairs = tuple((cast(a), cast(b)) for a, b in scalar_pairs(float(d_in),
                                                                   integer=integer))
     return LibraryMechanism(
-        name=f"tmlt.core {type(measurement).__name__}", library=_version(), epsilon=epsilon,
+        name=f"tmlt.core {type(measurement).__name__}", library=library_version("tmlt.core"),
+        epsilon=epsilon,
         delta=claim_delta, claim=source, pairs=pairs, release=measurement.__call__,
         randomness="Tumult Core's own generator (not seedable: audits are not reproducible)",
         event=None if rho is None else zcdp_gaussian_event(rho),
