@@ -129,6 +129,24 @@ def claim_attainable_epsilon(epsilon: float, delta: float = 0.0, *, n: int,
                                     kind=ProbabilityKind.PMF)
 
 
+#: Loss-tail events kept by :func:`samples_needed` (log-spaced in their probability).
+THINNED_EVENTS = 4096
+
+
+def _thinned(tail_x: np.ndarray, tail_xp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """At most :data:`THINNED_EVENTS` of the tail events, log-spaced in ``P_x``.
+
+    A subset of the candidate events: the best bound over it is at most the best over all, so a
+    sample size found with it is at least the exact one (never an optimistic answer).
+    """
+    if tail_x.size <= THINNED_EVENTS:
+        return tail_x, tail_xp
+    low = max(float(tail_x[tail_x > 0].min(initial=1.0)), 1e-300)
+    marks = np.geomspace(low, 1.0, THINNED_EVENTS)
+    idx = np.unique(np.clip(np.searchsorted(tail_x, marks), 0, tail_x.size - 1))
+    return tail_x[idx], tail_xp[idx]
+
+
 def samples_needed(epsilon: float, delta: float = 0.0, *, fraction: float = 0.5,
                    confidence: float = 0.95, event: _dp.DpEvent | None = None,
                    limit: int = 10**12) -> int | None:
@@ -147,7 +165,7 @@ def samples_needed(epsilon: float, delta: float = 0.0, *, fraction: float = 0.5,
     target = fraction * _validate.check_epsilon(epsilon)
     delta = _validate.check_delta(delta)
     # the tails are computed once (a PLD takes about a second); each n is then a few quantiles
-    tails = (loss_tail_events(event) if event is not None
+    tails = ([_thinned(tx, txp) for tx, txp in loss_tail_events(event)] if event is not None
              else [_claim_pair(epsilon, delta)])
     kind = ProbabilityKind.EVENTS if event is not None else ProbabilityKind.PMF
 
