@@ -26,8 +26,8 @@ from dpkd_audit.audit import (
     audit_sampler,
     epsilon_lower_bound,
 )
-from dpkd_audit.audit.attacks import auto_attacks
 from dpkd_audit.audit.auditor import mechanism_sampler, resolve_attack
+from dpkd_audit.audit.event_selection import auto_attacks
 from dpkd_audit.audit.outputs import OutputKind
 from dpkd_audit.mechanisms import (
     CATALOGUE,

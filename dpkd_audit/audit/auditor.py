@@ -39,8 +39,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpkd_audit import _validate
-from dpkd_audit.audit.attacks import Attack, Candidate, Selection, select_event
+from dpkd_audit.audit.attacks import Attack, Candidate, Selection
 from dpkd_audit.audit.bounds import epsilon_lower_bound
+from dpkd_audit.audit.event_selection import select_event
 from dpkd_audit.audit.outputs import (
     KeyCoder,
     OutputKind,
@@ -309,8 +310,8 @@ class AuditResult:
 
 #: Default share of the outputs used for selection, at every ``n``. The selection part is
 #: itself split in half (proposal and held-out scoring, see
-#: :func:`~dpkd_audit.audit.attacks.select_event`), so it needs more than the 10% that served a
-#: single selection set. Measured (mean of 4 seeds, default policy): at 10^6 per side, 20%
+#: :func:`~dpkd_audit.audit.event_selection.select_event`), so it needs more than the 10% that
+#: served a single selection set. Measured (mean of 4 seeds, default policy): at 10^6 per side, 20%
 #: against 10% gives Laplace eps=1 0.992 (0.992), Gaussian (1, 1e-5) 0.712 (0.611), a Gaussian
 #: with half the noise 1.571 (1.436), 10-ary RR 0.988 (0.987), discrete Gaussian 0.625 (0.616);
 #: at 10^5 the two are within seed noise (Laplace 0.978 vs 0.977, RR 0.974 vs 0.963, Gaussian

@@ -36,7 +36,7 @@ import numpy as np
 from scipy import optimize, special, stats
 
 from dpkd_audit import _validate
-from dpkd_audit.audit.attacks import Attack, Selection, select_event
+from dpkd_audit.audit.attacks import Attack, Selection
 from dpkd_audit.audit.auditor import (
     BACKWARD,
     FORWARD,
@@ -47,6 +47,7 @@ from dpkd_audit.audit.auditor import (
     verdict_of,
 )
 from dpkd_audit.audit.bounds import epsilon_lower_bound
+from dpkd_audit.audit.event_selection import select_event
 from dpkd_audit.audit.one_run_fdp import one_run_fdp_epsilon
 from dpkd_audit.audit.one_run_gaussian import MIN_PER_SIDE, OneRunGaussian, one_run_gaussian
 from dpkd_audit.audit.outputs import KeyCoder, OutputKind, Outputs, prepare_outputs
