@@ -428,7 +428,8 @@ def audit_tables(records: Sequence[SourcedRecord]) -> list[Table]:
                      "verdict", "attack", "samples per side"),
             rows=tuple(rows),
             notes=("Lower bound: one-sided Clopper-Pearson at the record's confidence (95%) on "
-                   "samples not used to choose the event. A violation (bound above the claim) "
+                   "samples not used to choose the event. A violation (bound above the claim, "
+                   "confirmed on fresh samples) "
                    "is expected only of the controls, broken on purpose.",)))
     pipelines = of_kind(records, RecordKind.PIPELINE_AUDIT)
     if pipelines:
