@@ -404,3 +404,29 @@ def test_a_pipeline_command_without_its_extra_names_the_extra(monkeypatch, capsy
                  "/nonexistent-dpkd-out"])
     err = capsys.readouterr().err
     assert code == 2 and "dpkd-audit[pipelines]" in err
+
+
+def test_the_classifier_attack_fits_without_scikit_learn(monkeypatch):
+    """The core install has no scikit-learn: the same objective is fitted by scipy."""
+    import sys
+
+    from dpkd_audit.audit import Attack
+    from dpkd_audit.audit.attacks import _fit_logistic_scipy, fit_logistic
+
+    gen = rng_(0)
+    features = gen.normal(size=(4000, 6))
+    labels = (features @ (0.3 * np.arange(6)) + gen.logistic(size=4000) > 0).astype(float)
+    with_sklearn = fit_logistic(features, labels)
+    coef, intercept = _fit_logistic_scipy(features, labels)
+    assert np.max(np.abs(coef - with_sklearn[0])) < 1e-2 and abs(intercept - with_sklearn[1]) < 1e-2
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # import sklearn now raises
+    monkeypatch.setitem(sys.modules, "sklearn.linear_model", None)
+    monkeypatch.setitem(sys.modules, "sklearn.exceptions", None)
+    assert np.allclose(fit_logistic(features, labels)[0], coef)
+
+    def sample(x, n, gen):
+        return np.round((np.asarray(x) + gen.laplace(0.0, 0.5, (n, 5))) * 1024) / 1024
+
+    result = audit_sampler(sample, np.zeros(5), np.eye(5)[0], epsilon=1.0, n=20_000,
+                           rng=rng_(0), attack=Attack.CLASSIFIER)
+    assert result.violation and result.epsilon_lower <= 2.0  # true epsilon 2
