@@ -358,6 +358,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
               f"output) samples per side (raise --max-values for more; the records say how "
               f"many ran)", file=sys.stderr)
     plot_path = output_file(args.plot, "--plot") if args.plot else None
+    if plot_path is not None:
+        import matplotlib  # noqa: F401  (the plots extra: refused before any audit runs)
     user = not args.all and is_user_target(args.mechanism)
     if not user:
         for flag, value in (("--delta", args.delta), ("--neighbours", args.neighbours),
