@@ -430,3 +430,50 @@ def test_the_classifier_attack_fits_without_scikit_learn(monkeypatch):
     result = audit_sampler(sample, np.zeros(5), np.eye(5)[0], epsilon=1.0, n=20_000,
                            rng=rng_(0), attack=Attack.CLASSIFIER)
     assert result.violation and result.epsilon_lower <= 2.0  # true epsilon 2
+
+
+@pytest.mark.parametrize(("name", "raised"), [
+    ("sampler", "RuntimeError raised in sampler"),
+    ("obj", "KeyError raised in epsilon"),
+    ("n", "ZeroDivisionError raised in neighbours"),
+    ("g", "TypeError raised in __getattr__"),
+])
+def test_an_exception_of_the_users_code_is_one_line_naming_it(tmp_path, capsys, name, raised):
+    from dpkd_audit.cli.main import main
+
+    source = tmp_path / "bad.py"
+    source.write_text(
+        "import numpy as np\n"
+        "def sampler(x, n, rng):\n"
+        "    if x == 1:\n"
+        "        raise RuntimeError(\"boom on x'\")\n"
+        "    return x + rng.laplace(0, 1, n)\n"
+        "class Obj:\n"
+        "    @property\n"
+        "    def epsilon(self):\n"
+        "        raise KeyError('no epsilon here')\n"
+        "    def sample(self, x, n, *, rng):\n"
+        "        return x + rng.laplace(0, 1, n)\n"
+        "    def neighbours(self):\n"
+        "        return (0.0, 1.0)\n"
+        "obj = Obj()\n"
+        "class N:\n"
+        "    epsilon = 1.0\n"
+        "    def sample(self, x, n, *, rng):\n"
+        "        return x + rng.laplace(0, 1, n)\n"
+        "    def neighbours(self):\n"
+        "        return 1 / 0\n"
+        "n = N()\n"
+        "class G:\n"
+        "    epsilon = 1.0\n"
+        "    def sample(self, x, n, *, rng):\n"
+        "        return x + rng.laplace(0, 1, n)\n"
+        "    def __getattr__(self, attr):\n"
+        "        raise TypeError(f'no {attr}')\n"
+        "g = G()\n")
+    argv = ["audit", f"{source}:{name}", "--samples", "2000"]
+    if name == "sampler":
+        argv += ["--epsilon", "1", "--neighbours", "0", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert raised in err and "bad.py line" in err and err.count("\n") == 1

@@ -81,3 +81,21 @@ def test_cli_impossible_or_incomplete_plans(capsys):
     assert "--queries" in capsys.readouterr().err
     assert main(["budget", "shuffle", "--noise", "1", "--queries", "1"]) == 2
     assert "--users is required" in capsys.readouterr().err
+
+
+def test_a_budget_never_prints_zero_or_a_traceback_at_extreme_parameters(capsys):
+    """Issue 65, items 5 and 6: 10^30 classes (the event's parameter rounded to 1 and every
+    accountant printed 0 for ten releases at epsilon 1) and a subnormal Laplace scale
+    (ZeroDivisionError) are refused by name; the largest exact class count is still priced."""
+    from dpkd_audit.cli.main import main
+
+    assert main(["budget", "randomized-response", "--epsilon", "1", "--queries", "10",
+                 "--classes", str(10**30)]) == 2
+    assert "num_classes" in capsys.readouterr().err
+    assert main(["budget", "laplace", "--noise", "1e-320", "--queries", "5"]) == 2
+    assert "--noise must be at least" in capsys.readouterr().err
+    from dpkd_audit.mechanisms.randomized_response import _rr_event_guarantee, rr_noise_parameter
+
+    for k in (2, 10, 10**6, 10**9):
+        p = rr_noise_parameter(1.0, k)
+        assert 1.0 <= _rr_event_guarantee(p, k) <= 1.0 + 1e-6

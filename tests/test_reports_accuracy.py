@@ -384,6 +384,17 @@ def test_plot_accuracy_writes_a_png(tmp_path):
         plot_accuracy(_sweep(), tmp_path / "accuracy.pdf")
 
 
+def test_tied_seeds_are_plotted(tmp_path):
+    """Three seeds at accuracy 0.1: their float mean lands above their max (issue 65, item 9)."""
+    from dpkd_audit.reports.accuracy import mean_and_spread
+
+    assert 100.0 * sum([0.1] * 3) / 3 > 100.0 * 0.1  # the rounding that broke the plot
+    assert mean_and_spread([0.1, 0.1, 0.1]) == (10.0, 0.0, 0.0)
+    records = [_record(1.0, 0.1, seed=seed) for seed in range(3)]
+    path = plot_accuracy(records, tmp_path / "tied.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 # --- references ------------------------------------------------------------------------------
 
 def test_every_reference_is_sane_and_cited():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -79,6 +80,9 @@ _GAUSSIAN_KINDS = frozenset({PlanKind.GAUSSIAN, PlanKind.SUBSAMPLED_GAUSSIAN, Pl
 #: Largest local epsilon of a randomized-response plan: e^epsilon0 must stay representable so
 #: that the keep probability of k-ary randomized response is computed exactly.
 MAX_LOCAL_EPSILON = 700.0
+#: Smallest noise scale a plan accepts: below it ``1 / noise`` (a Laplace's epsilon per unit
+#: sensitivity) overflows.
+MIN_NOISE = 1.0 / sys.float_info.max
 
 
 #: Plan kinds whose "noise" is a per-release epsilon (smaller = more private).
@@ -127,6 +131,12 @@ class Plan:
                              f"; got {self.kind!r}")
         if self.noise is not None:
             _validate.check_positive("noise", self.noise)
+            if self.kind is not PlanKind.RANDOMIZED_RESPONSE and not math.isfinite(
+                    1.0 / self.noise):
+                raise ValueError(
+                    f"noise must be at least {MIN_NOISE:.2g} for a {self.kind.value} plan "
+                    f"(below, 1 / noise, one release's epsilon, overflows to infinity); got "
+                    f"{self.noise!r}")
             if self.kind is PlanKind.RANDOMIZED_RESPONSE and self.noise > MAX_LOCAL_EPSILON:
                 raise ValueError(
                     f"noise (the local epsilon of randomized response) must be <= "
@@ -210,11 +220,12 @@ class Plan:
             return _dp.PoissonSampledDpEvent(self.sampling_probability,
                                              _dp.GaussianDpEvent(noise))
         if self.kind is PlanKind.RANDOMIZED_RESPONSE:
-            # P[any given bucket] = p/k with p = k / (e^eps + k - 1), written with e^-eps so
-            # that it neither overflows nor loses precision for large eps (<= 700).
-            k = self.num_classes
-            return _dp.RandomizedResponseDpEvent(
-                k * math.exp(-noise) / (1.0 + (k - 1) * math.exp(-noise)), k)
+            # p = k / (e^eps + k - 1), rounded so that the event never claims less than the
+            # release; refused where a float p cannot carry the claim (huge k)
+            from dpkd_audit.mechanisms.randomized_response import rr_noise_parameter
+
+            return _dp.RandomizedResponseDpEvent(rr_noise_parameter(noise, self.num_classes),
+                                                 self.num_classes)
         return ShuffledLocalDpEvent(noise, self.num_users)
 
     def neighboring_relation(self) -> NeighboringRelation:

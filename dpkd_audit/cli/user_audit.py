@@ -194,15 +194,53 @@ def _library_record(obj: Any, spec: str, args: argparse.Namespace, *, samples: i
     return record
 
 
+#: Top-level packages whose code, raising, is the audited object's (another library's).
+_LIBRARY_PACKAGES = ("opendp", "diffprivlib", "pydp", "_pydp", "tmlt")
+
+
+def _external_frame(exc: BaseException, user_file: str | None) -> str | None:
+    """Where in the user's file or an audited library ``exc`` was raised (innermost), if so."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        if (user_file is not None and code.co_filename == user_file) or \
+                module.split(".")[0] in _LIBRARY_PACKAGES:
+            found = f"{code.co_name}, {Path(code.co_filename).name} line {tb.tb_lineno}"
+        tb = tb.tb_next
+    return found
+
+
 def user_audit_record(spec: str, args: argparse.Namespace, *, samples: int,
                       rng: np.random.Generator, attack: Any, executor: Any) -> dict[str, Any]:
-    """Audit the object ``spec`` names; the JSON-ready record ``dpkd audit`` prints."""
+    """Audit the object ``spec`` names; the JSON-ready record ``dpkd audit`` prints.
+
+    An exception raised by the user's own code (the sampler, its ``neighbours``, an
+    ``epsilon`` property, a ``__getattr__``) or by the audited library becomes one line naming
+    the function, file and line that raised it (a ``ValueError``: exit status 2).
+    """
+    obj = load_target(spec)
+    module = sys.modules.get(getattr(obj, "__module__", None) or type(obj).__module__)
+    user_file = getattr(module, "__file__", None)
+    try:
+        return _user_audit_record(obj, spec, args, samples=samples, rng=rng, attack=attack,
+                                  executor=executor)
+    except Exception as exc:
+        where = _external_frame(exc, user_file)
+        if where is None:
+            raise
+        raise ValueError(f"MECHANISM {spec}: {type(exc).__name__} raised in {where}: "
+                         f"{exc}") from exc
+
+
+def _user_audit_record(obj: Any, spec: str, args: argparse.Namespace, *, samples: int,
+                       rng: np.random.Generator, attack: Any, executor: Any) -> dict[str, Any]:
     from dpkd_audit.audit.auditor import audit_sampler, mechanism_sampler, resolve_attack
     from dpkd_audit.audit.libraries import is_library_object
     from dpkd_audit.audit.suite import samples_within
     from dpkd_audit.provenance import provenance
 
-    obj = load_target(spec)
     if is_library_object(obj):
         if args.workers is not None:
             raise ValueError(f"--workers does not apply to {spec}: another library's object "

@@ -74,6 +74,18 @@ _MARKERS: tuple[str, ...] = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 _LABELS = SETUP_KEYS.index("labels")
 
 
+
+def mean_and_spread(values: Sequence[float]) -> tuple[float, float, float]:
+    """The mean of accuracies in percent, and its distances down to the min and up to the max.
+
+    The mean is clamped into ``[min, max]`` (a float sum of equal values can land a rounding
+    error above them: three seeds at 0.1 gave a "negative" upper distance that matplotlib
+    refuses), so both distances are never negative.
+    """
+    low, high = 100.0 * min(values), 100.0 * max(values)
+    mean = min(max(100.0 * sum(values) / len(values), low), high)
+    return mean, mean - low, high - mean
+
 def _series_of(points: Sequence[_Point]) -> tuple[dict[tuple[Any, ...], list[_Point]],
                                                    set[tuple[str, str, str]],
                                                    set[tuple[str, str, str]]]:
@@ -273,9 +285,10 @@ def accuracy_figure(records: Sequence[Mapping[str, Any]], *,
             if not drawn:
                 continue
             xs = [x * factor for x, _ in drawn]
-            ys = [100.0 * sum(v) / len(v) for _, v in drawn]
-            lo = [y - 100.0 * min(v) for y, (_, v) in zip(ys, drawn, strict=True)]
-            hi = [100.0 * max(v) - y for y, (_, v) in zip(ys, drawn, strict=True)]
+            spread = [mean_and_spread(v) for _, v in drawn]
+            ys = [m for m, _, _ in spread]
+            lo = [d for _, d, _ in spread]
+            hi = [u for _, _, u in spread]
             style = dict(color=color_for(triple), marker=marker, markersize=6,
                          linestyle=linestyle or _SETUP_LINESTYLES[
                              setup_index[key] % len(_SETUP_LINESTYLES)],

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from dpkd_audit.reports.accuracy import mean_and_spread
 from dpkd_audit.reports.audit import audit_figure
 from dpkd_audit.reports.collect import RecordKind, SourcedRecord, collect, of_kind
 from dpkd_audit.reports.overview import (
@@ -160,9 +161,9 @@ def _draw_accuracy_row(left: Any, right: Any, chosen: Sequence[Series], dataset:
             order = sorted(range(len(xs)), key=lambda j: xs[j])
             x = [xs[j] for j in order]
             acc = [s.points[j].accuracies for j in order]
-            y = [100 * sum(a) / len(a) for a in acc]
-            err = [[y[k] - 100 * min(acc[k]) for k in range(len(y))],
-                   [100 * max(acc[k]) - y[k] for k in range(len(y))]]
+            spread = [mean_and_spread(a) for a in acc]
+            y = [m for m, _, _ in spread]
+            err = [[d for _, d, _ in spread], [u for _, _, u in spread]]
             ax.errorbar(x, y, yerr=err, color=color, marker=marker, capsize=3, lw=1.4,
                         label=s.label if ax is left and legend else None,
                         ls="-" if ax is left or all(v != inf_x for v in x) else ":")

@@ -73,7 +73,8 @@ def _grid_points(spec: _Spec, interval: float) -> float:
     kind = spec[0]
     if kind in ("laplace", "poisson-laplace"):
         b = spec[1] if kind == "laplace" else spec[2]
-        return 2.0 / (b * interval) if b > 0 else math.inf
+        spread = b * interval  # a subnormal scale underflows this to 0: infinitely many points
+        return 2.0 / spread if spread > 0 else math.inf
     if kind == "discrete-laplace":
         return 2.0 * spec[1] * spec[2] / interval
     if kind == "mixture-gaussian":
