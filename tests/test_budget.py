@@ -94,7 +94,7 @@ def test_a_budget_never_prints_zero_or_a_traceback_at_extreme_parameters(capsys)
     assert "num_classes" in capsys.readouterr().err
     assert main(["budget", "laplace", "--noise", "1e-320", "--queries", "5"]) == 2
     assert "--noise must be at least" in capsys.readouterr().err
-    from dpkd_audit.mechanisms.randomized_response import _rr_event_guarantee, rr_noise_parameter
+    from dpkd_audit._math.randomized_response import _rr_event_guarantee, rr_noise_parameter
 
     for k in (2, 10, 10**6, 10**9):
         p = rr_noise_parameter(1.0, k)

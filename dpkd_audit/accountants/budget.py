@@ -222,7 +222,7 @@ class Plan:
         if self.kind is PlanKind.RANDOMIZED_RESPONSE:
             # p = k / (e^eps + k - 1), rounded so that the event never claims less than the
             # release; refused where a float p cannot carry the claim (huge k)
-            from dpkd_audit.mechanisms.randomized_response import rr_noise_parameter
+            from dpkd_audit._math.randomized_response import rr_noise_parameter
 
             return _dp.RandomizedResponseDpEvent(rr_noise_parameter(noise, self.num_classes),
                                                  self.num_classes)
