@@ -258,19 +258,13 @@ def _user_audit_record(obj: Any, spec: str, args: argparse.Namespace, *, samples
         if declared is None and args.neighbours is None:
             raise ValueError(f"--neighbours X X' is required for {spec}: it has sample() but "
                              "no neighbours (a method returning the pair, or the pair)")
-        if args.neighbours is None and not callable(declared):
-            pair = _pair(obj, spec, args)
-            view = None
-
-            def sampler(value: Any, k: int, gen: np.random.Generator) -> Any:
-                return obj.sample(value, k, rng=gen)
-        elif args.neighbours is None:
+        if args.neighbours is None and callable(declared):
             sampler, pair, view = mechanism_sampler(obj)
-        else:
+        else:  # --neighbours, or a neighbours attribute that is the pair itself
+            pair, view = _pair(obj, spec, args), None
+
             def sampler(value: Any, k: int, gen: np.random.Generator) -> Any:
                 return obj.sample(value, k, rng=gen)
-
-            pair, view = tuple(args.neighbours), None
         chosen, policy = resolve_attack(attack, obj)
         if view is not None:
             policy += f"; outputs reduced by the object's audit view: {view.description}"
