@@ -15,6 +15,7 @@ grouped and composed lazily, and they round-trip through :func:`event_to_json` /
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import math
@@ -42,6 +43,7 @@ __all__ = [
     "ShuffledLocalDpEvent",
     "event_from_json",
     "event_to_json",
+    "validate_event",
 ]
 
 # Declared guarantees are checked against the exact curve up to this relative slack, which only
@@ -424,6 +426,53 @@ def _decode(value: Any) -> Any:
         if "__float__" in value:
             return float(value["__float__"])
     return value
+
+
+def _rebuild(value: Any) -> Any:
+    """``value`` with every event in it rebuilt through its class's constructor, innermost first."""
+    if isinstance(value, _dp.DpEvent):
+        cls = type(value)
+        init = {f.alias: _rebuild(getattr(value, f.name)) for f in attr.fields(cls) if f.init}
+        return cls(**init)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_rebuild(v) for v in value)
+    return value
+
+
+def validate_event(event: Any, name: str = "event") -> dp_accounting.DpEvent:
+    """Check ``event`` exactly as its constructors do, nested events included; return it rebuilt.
+
+    A frozen event can still be built around its constructor (``object.__new__``,
+    ``object.__setattr__`` on a frozen instance) with values the constructor refuses, such as a
+    negative epsilon (issue 65: a ledger charged one and its spent epsilon went down). This
+    calls the constructor of every event in ``event`` again, with its fields, so its own checks
+    run (this module's ``__attrs_post_init__``, dp_accounting's and their converters); nothing
+    is checked twice in another way.
+
+    Args:
+        event: The event to check.
+        name: How to name it in an error message (e.g. ``"event #2 ('label')"``).
+
+    Returns:
+        An equal event, built by the constructors (what a caller should keep and account for).
+
+    Raises:
+        ValueError: If ``event`` is not a dp_accounting ``DpEvent``, or a constructor refuses
+            one of its (nested) events; the message names ``name``, the event and the field.
+    """
+    if not isinstance(event, _dp.DpEvent):
+        raise ValueError(f"{name} must be a dp_accounting DpEvent; got {type(event).__name__}")
+    try:
+        return _rebuild(event)
+    except Exception as exc:  # any refusal by a constructor, or a field that is not there
+        shown = object.__repr__(event)
+        with contextlib.suppress(Exception):  # a repr that fails on the bad field keeps this
+            shown = repr(event)
+        if len(shown) > 200:
+            shown = shown[:197] + "..."
+        raise ValueError(f"{name} {shown} is not a valid {type(event).__name__} (it was built "
+                         f"around its constructor's checks): {type(exc).__name__}: {exc}") \
+            from exc
 
 
 def event_to_json(event: dp_accounting.DpEvent) -> str:

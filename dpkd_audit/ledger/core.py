@@ -26,6 +26,11 @@ With ``path``, charges live in an SQLite file (:mod:`dpkd_audit.ledger.store`):
 
 New files are built aside and linked into place atomically, so a half-created ledger never
 exists at ``path``.
+
+Every event is checked at the door, before anything is written (all of a plan's events before
+the first byte): by its own constructors again (:func:`~dpkd_audit.events.validate_event`, as
+an event can be built around them), and, with a file, by reading it back from the JSON stored,
+so a charge the ledger accepts is one every later open can account for (issue 65).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +60,7 @@ from dpkd_audit.errors import (
     LedgerMismatchError,
     LedgerVersionError,
 )
-from dpkd_audit.events import event_from_json, event_to_json
+from dpkd_audit.events import event_from_json, event_to_json, validate_event
 from dpkd_audit.ledger import store as _store
 from dpkd_audit.ledger.chain import Chain, resolve_key
 from dpkd_audit.ledger.identity import (
@@ -203,6 +208,7 @@ class Ledger:
         self._read_only = read_only
         self._lock = threading.Lock()
         self._charges: list[Charge] = []
+        self._digests: list[str] = []  # the charges' digests, in order (for the witness)
         self._last_digest = self._genesis = ""
         self._conn: sqlite3.Connection | None = None
         self._closed = False
@@ -265,7 +271,8 @@ class Ledger:
         Raises:
             BudgetExceededError: If the budget would be exceeded.
             UnsupportedEventError: If the accountant cannot account for ``event``.
-            ValueError: For an empty label.
+            ValueError: For an empty label, or an event its own constructor refuses (one built
+                around it, e.g. with ``object.__setattr__``) or that a file could not read back.
             LedgerError: If the file cannot be written or was altered; nothing was acknowledged.
         """
         return self.charge_all([(event, label)])[0]
@@ -286,17 +293,13 @@ class Ledger:
             BudgetExceededError: If the plan as a whole would exceed the budget (nothing
                 recorded).
             UnsupportedEventError: If the accountant cannot account for one of the events.
-            ValueError: For an empty plan or an empty label.
+            ValueError: For an empty plan, an item that is not an ``(event, label)`` pair, an
+                empty label, or an event its own constructor refuses (one built around it) or
+                that a file could not read back; every item is checked before anything is
+                written.
             LedgerError: If the file cannot be written or was altered; nothing was acknowledged.
         """
-        items = list(items)
-        if not items:
-            raise ValueError("items must hold at least one (event, label) pair")
-        labels = [_store.check_label(label) for _, label in items]
-        events = [event for event, _ in items]
-        for event in events:
-            self._template.copy().compose(event)  # type: ignore[union-attr] # names the event
-        event_jsons = [event_to_json(event) for event in events]
+        events, labels, event_jsons = self._door(items)
         plan = events[0] if len(events) == 1 else _dp.ComposedDpEvent(events)
         plan_label = labels[0] if len(labels) == 1 else \
             f"{labels[0]} (and the {len(labels) - 1} other charges of its plan)"
@@ -326,9 +329,11 @@ class Ledger:
                 self._catch_up(conn, head)  # others' charges, composed before the budget check
                 trial = self._check(plan, plan_label)
                 seq, digest, genesis = head.count, head.digest, self._genesis
+                digests = []
                 for label, event_json in zip(labels, event_jsons, strict=True):
                     seq += 1
                     digest = self._chain.charge(digest, seq, label, event_json, created, pid)
+                    digests.append(digest)
                     _store.write_charge(
                         conn, _store.Row(seq, label, event_json, created, pid, digest),
                         _store.Head(seq, digest, genesis, self._chain.head(seq, digest, genesis)))
@@ -338,9 +343,57 @@ class Ledger:
                        for i, (event, label) in enumerate(zip(events, labels, strict=True))]
             self._accountant = trial
             self._charges.extend(charges)
+            self._digests.extend(digests)
             self._last_digest = digest
             self._witness()
             return charges
+
+    def _door(self, items: Any) -> tuple[list[_dp.DpEvent], list[str], list[str]]:
+        """Check a whole plan before anything is written: its events, labels, serialisation.
+
+        Every event is checked by its own constructors again (:func:`validate_event`, nested
+        events included), since a frozen event can be built around them (issue 65: a negative
+        epsilon charged lowered the spent budget, then the file refused to open); the rebuilt
+        event is what is accounted for and stored. With a file, each event must also read back
+        from its JSON as itself, or a later open would refuse the file.
+
+        Returns:
+            The checked events, labels, and the events' JSON (for a file; else empty).
+
+        Raises:
+            ValueError: Naming the plan's item (index and label) and what is wrong with it.
+            UnsupportedEventError: If the accountant cannot account for one of the events.
+        """
+        if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+            raise ValueError("items must be a sequence of (event, label) pairs; got "
+                             f"{type(items).__name__}")
+        items = list(items)
+        if not items:
+            raise ValueError("items must hold at least one (event, label) pair")
+        events, labels, event_jsons = [], [], []
+        for i, item in enumerate(items, start=1):
+            if not (isinstance(item, tuple | list) and len(item) == 2):
+                raise ValueError(f"items[{i - 1}] must be an (event, label) pair; got "
+                                 f"{type(item).__name__} {item!r:.100}")
+            labels.append(_store.check_label(item[1]))
+            name = "event" if len(items) == 1 else f"event #{i} of the plan"
+            name = f"{name} (label {labels[-1]!r:.60})"
+            event = validate_event(item[0], name)
+            self._template.copy().compose(event)  # type: ignore[union-attr] # names the event
+            if self._path is not None:
+                event_json = event_to_json(event)
+                try:
+                    stored = event_from_json(event_json)
+                except (ValueError, TypeError, KeyError) as exc:
+                    raise ValueError(f"{name} {type(event).__name__} cannot be stored in a "
+                                     f"ledger file (it would not read back: {exc}); nothing "
+                                     "was recorded") from exc
+                if stored != event:
+                    raise ValueError(f"{name} {event!r:.200} does not read back from its JSON "
+                                     f"as itself (read {stored!r:.200}); nothing was recorded")
+                event_jsons.append(event_json)
+            events.append(event)
+        return events, labels, event_jsons
 
     def check(self, events: Sequence[_dp.DpEvent], *, label: str) -> Epsilon:
         """Would charging ``events`` (in order) fit the budget? Records nothing.
@@ -354,8 +407,9 @@ class Ledger:
         Raises:
             BudgetExceededError: If they would not fit (message as for :meth:`charge`).
             UnsupportedEventError: If the accountant cannot account for one of them.
+            ValueError: If there are none, or one is refused by its own constructor.
         """
-        events = list(events)
+        events = [validate_event(event, f"events[{i}]") for i, event in enumerate(events)]
         if not events:
             raise ValueError("events must hold at least one DpEvent")
         composed = _dp.ComposedDpEvent(events) if len(events) > 1 else events[0]
@@ -445,7 +499,7 @@ class Ledger:
                                     doing="opening the ledger"):
                 rows = self._load(conn, adopt=adopt)
                 check_witness(path, self._chain, exists=True, ledger_id=self._meta["ledger_id"],
-                              digests=[row.digest for row in rows])
+                              digests=[row.digest for row in rows], file_id=self._file_id)
             self._apply(rows)
         except BaseException:
             conn.close()
@@ -458,7 +512,8 @@ class Ledger:
         """Record this keyed ledger's state outside the file (:mod:`.witness`)."""
         write_witness(self._path, self._chain,  # type: ignore[arg-type]
                       ledger_id=self._meta["ledger_id"], count=len(self._charges),
-                      digest=self._last_digest)
+                      digest=self._last_digest, history=self._digests, file_id=self._file_id,
+                      timeout=self._timeout)
 
     def _create_file(self, path: Path) -> None:
         meta = {
@@ -596,6 +651,7 @@ class Ledger:
                                   pid=row.pid))
         self._accountant = accountant
         self._charges.extend(charges)
+        self._digests.extend(row.digest for row in rows)
         self._last_digest = rows[-1].digest
 
     def _catch_up(self, conn: sqlite3.Connection, head: _store.Head) -> None:
