@@ -150,3 +150,29 @@ def test_one_run_bound_carries_the_estimate_beside_the_other_analyses():
     # delta = 0: a Gaussian pair is never (epsilon, 0)-DP, no estimate
     assert one_run_bound(scores, included, epsilon=8.6, guesses_in=50,
                          guesses_out=50).gaussian is None
+
+
+def test_each_interval_is_at_a_quarter_of_the_level():
+    # The four one-sided intervals are union-bounded: each at (1 - confidence) / 4, recomputed
+    # here from scipy's Student-t and chi-square quantiles (one interval at the full level
+    # would raise the bound: 0.633 -> 0.964 in an earlier mutation check).
+    rng = np.random.default_rng(11)
+    n = 300
+    scores = np.concatenate([rng.normal(0.8, 1.0, n), rng.normal(0.0, 1.3, n)])
+    included = np.arange(2 * n) < n
+    fit = one_run_gaussian(scores, included, delta=1e-5, confidence=0.9)
+    level = 0.1 / 4
+    x_in, x_out = scores[:n], scores[n:]
+    t = stats.t.ppf(1 - level, n - 1)
+    chi = stats.chi2.ppf(level, n - 1)
+    assert fit.mean_in_lower == pytest.approx(
+        x_in.mean() - t * x_in.std(ddof=1) / np.sqrt(n), rel=1e-12)
+    assert fit.mean_out_upper == pytest.approx(
+        x_out.mean() + t * x_out.std(ddof=1) / np.sqrt(n), rel=1e-12)
+    assert fit.std_in_upper == pytest.approx(x_in.std(ddof=1) * np.sqrt((n - 1) / chi),
+                                             rel=1e-12)
+    assert fit.std_out_upper == pytest.approx(x_out.std(ddof=1) * np.sqrt((n - 1) / chi),
+                                              rel=1e-12)
+    assert fit.mu_lower == pytest.approx(
+        (fit.mean_in_lower - fit.mean_out_upper) / max(fit.std_in_upper, fit.std_out_upper),
+        rel=1e-12)

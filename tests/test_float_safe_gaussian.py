@@ -66,6 +66,9 @@ def test_zcdp_delta_is_the_conversion_and_never_below_it(epsilon, rho):
                                             (1e-3, 0.5)])
 def test_zcdp_calibration_is_the_largest_rho_meeting_the_target(epsilon, delta):
     rho = calibrate_zcdp_rho(epsilon, delta)
+    # never above the target, not even by the float slack (the bisection's lower end):
+    # the upper end of its bracket is above it by ~1e-12 relative
+    assert zcdp_delta(epsilon, rho) <= delta
     assert mp_zcdp_delta(epsilon, rho) <= delta * (1 + 1e-9)
     assert zcdp_delta(epsilon, rho * (1 + 1e-9)) > delta * (1 - 1e-12) or \
         zcdp_delta(epsilon, rho * (1 + 1e-6)) > delta
