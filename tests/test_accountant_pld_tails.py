@@ -127,3 +127,35 @@ def test_zcdp_g_is_the_zcdp_conversion():
                 min(1.0, zcdp_delta(c, rho)), rel=1e-9)
     # negative arguments stay valid bounds (<= 1, >= the trivial 1 - e^c)
     assert 1 - math.exp(-1.0) <= tilted.zcdp_g(np.array([-1.0]), 0.1)[0] <= 1.0
+
+
+@pytest.mark.parametrize("sigma", [0.3, 2.0, 50.0])
+@pytest.mark.parametrize("q", [1.0, 0.5, 1e-2, 1e-5])
+def test_vectorised_gaussian_curve_is_dp_accountings(sigma, q):
+    from dp_accounting.pld import privacy_loss_mechanism as plm
+
+    from dpkd_audit.accountants.pld.fast_gaussian import VectorGaussianPrivacyLoss
+
+    adjacencies = [plm.AdjacencyType.REMOVE] + ([plm.AdjacencyType.ADD] if q < 1 else [])
+    edges = [math.log1p(-q), -math.log1p(-q)] if q < 1 else []
+    eps = np.concatenate([np.linspace(-5.0, 30.0, 701), edges, [0.0]])
+    for adjacency in adjacencies:
+        kwargs = dict(sensitivity=1.0, pessimistic_estimate=True, log_mass_truncation_bound=-50,
+                      sampling_prob=q, adjacency_type=adjacency)
+        ours = VectorGaussianPrivacyLoss(sigma, **kwargs).get_delta_for_epsilon(eps)
+        theirs = np.asarray(plm.GaussianPrivacyLoss(sigma, **kwargs).get_delta_for_epsilon(eps))
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-300)
+
+
+def test_vectorised_gaussian_pld_is_dp_accountings():
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    from dpkd_audit.accountants.pld.fast_gaussian import gaussian_pld
+
+    ours = gaussian_pld(0.8, 0.02, 1e-3, -50.0)
+    theirs = pld.from_gaussian_mechanism(0.8, sensitivity=1, value_discretization_interval=1e-3,
+                                         log_mass_truncation_bound=-50, sampling_prob=0.02)
+    for name in ("_pmf_remove", "_pmf_add"):
+        a, b = getattr(ours, name), getattr(theirs, name)
+        assert a._lower_loss == b._lower_loss and a._infinity_mass == b._infinity_mass
+        np.testing.assert_allclose(a._probs, b._probs, rtol=1e-12, atol=1e-300)

@@ -421,10 +421,12 @@ def solve(plan: Plan, *, target_epsilon: float, delta: float,
     if not plan.poisson:
         return [_solve_sampling(plan, target_epsilon, delta, max_queries)]
     rows = []
+    hint: float | None = None  # the smallest noise another accountant found (a search start)
     for name, factory in _accountant_factories(plan, delta).items():
         try:
             if plan.noise is None:
-                value, eps = _solve_noise(factory, plan, target_epsilon, delta)
+                value, eps = _solve_noise(factory, plan, target_epsilon, delta, hint)
+                hint = value if hint is None else min(hint, value)
             else:
                 value, eps = _solve_count(factory, plan, target_epsilon, delta, max_queries)
         except (UnsupportedEventError, _NotApplicableError) as exc:
@@ -454,7 +456,13 @@ LOCAL_EPSILON_RANGE = (1e-7, 100.0)
 
 
 def _solve_noise(factory: Callable[..., Accountant], plan: Plan, target_epsilon: float,
-                 delta: float) -> tuple[float, Any]:
+                 delta: float, hint: float | None = None) -> tuple[float, Any]:
+    """The smallest noise (largest local epsilon) meeting the target under one accountant.
+
+    ``hint``, a noise another accountant solved for, starts the search where it meets the
+    target here too (calibrate_noise returns the same value from any upper end above it,
+    within its rtol); the walk down from the top of ``NOISE_RANGE`` is skipped.
+    """
     queries = plan.queries
     # calibrate_noise wants "larger = more private": for plans whose parameter is a local
     # epsilon, calibrate its inverse and report the largest epsilon that fits.
@@ -466,6 +474,10 @@ def _solve_noise(factory: Callable[..., Accountant], plan: Plan, target_epsilon:
         return _compose(factory, plan, 1.0 / t if invert else t, queries, delta)
 
     build(upper)  # raises UnsupportedEventError / _NotApplicableError early
+    if hint is not None and not invert and lower < hint < upper:
+        start = hint * (1.0 + 1e-3)
+        if float(build(start).get_epsilon(delta)) <= target_epsilon:
+            upper = start
     try:
         t = calibration.calibrate_noise(build, target_epsilon=target_epsilon,
                                         target_delta=delta, lower=lower, upper=upper,

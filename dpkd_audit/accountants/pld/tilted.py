@@ -81,6 +81,16 @@ class Release:
     infinity_mass: float
     count: int
 
+    @functools.cached_property
+    def log_probs(self) -> np.ndarray:
+        """log(probs), -inf where a probability is 0."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.probs)
+
+    def losses(self, interval: float) -> np.ndarray:
+        """The finite losses on a grid of step ``interval``."""
+        return (self.lower + np.arange(self.probs.size)) * interval
+
 
 def pmf_arrays(pmf: object) -> tuple[int, np.ndarray, float]:
     """(lowest index, dense probabilities, +inf mass) of a dp_accounting PLD pmf."""
@@ -98,15 +108,12 @@ def pmf_arrays(pmf: object) -> tuple[int, np.ndarray, float]:
 
 def _log_mgf(release: Release, lam: float, interval: float) -> float:
     """The log of sum_l p(l) e^(lam l) over one occurrence's finite losses."""
-    losses = (release.lower + np.arange(release.probs.size)) * interval
-    with np.errstate(divide="ignore"):
-        return float(special.logsumexp(np.log(release.probs) + lam * losses))
+    return float(special.logsumexp(release.log_probs + lam * release.losses(interval)))
 
 
 def _tilted_mean(release: Release, lam: float, interval: float) -> float:
-    losses = (release.lower + np.arange(release.probs.size)) * interval
-    with np.errstate(divide="ignore"):
-        log_w = np.log(release.probs) + lam * losses
+    losses = release.losses(interval)
+    log_w = release.log_probs + lam * losses
     w = np.exp(log_w - log_w.max())
     return float(np.dot(w, losses) / w.sum())
 
@@ -131,7 +138,7 @@ def chernoff_tilt(releases: Sequence[Release], interval: float, rho: float,
         return (cumulant(releases, lam, interval, rho) - log_delta) / lam
 
     res = optimize.minimize_scalar(bound, bounds=(math.log(_LAMBDA_MIN), math.log(_LAMBDA_MAX)),
-                                   method="bounded", options={"xatol": 1e-6})
+                                   method="bounded", options={"xatol": 1e-4})
     return math.exp(float(res.x)), float(res.fun)
 
 
@@ -338,21 +345,49 @@ def zcdp_g(c: np.ndarray, rho: float) -> np.ndarray:
     return np.exp(np.minimum(log_bound, 0.0))
 
 
+def _power(base: tuple[np.ndarray, int], count: int) -> tuple[tuple[np.ndarray, int], float]:
+    """``count``-fold composition of a tilted pmf by repeated squaring; (result, dropped).
+
+    A mass cut from a square of level j recurs in every later use of that square:
+    it is counted (number of such blocks in the result) times.
+    """
+    part: tuple[np.ndarray, int] | None = None
+    dropped = 0.0
+    square = base
+    n = count
+    while n:
+        if n & 1:
+            if part is None:
+                part = square
+            else:
+                probs, offset, cut = _convolve(part, square)
+                dropped += cut
+                part = (probs, offset)
+        n >>= 1
+        if n:
+            probs, offset, cut = _convolve(square, square)
+            dropped += cut * n
+            square = (probs, offset)
+    if part is None:
+        raise ValueError(f"a release's count must be >= 1; got {count}")
+    return part, dropped
+
+
 def tilted_table(releases: Sequence[Release], interval: float, lam: float,
                  rho: float = 0.0) -> LossTable:
     """The composed pmf of ``releases`` computed under the tilt ``lam``, then untilted.
 
-    Self-compositions by repeated squaring, then the kinds convolved; each convolution by FFT,
+    Kinds with the same count are convolved first ((A * B)^n = A^n * B^n), each such product
+    raised to its count by repeated squaring, the powers convolved; each convolution by FFT,
     negative round-off clipped, tails beyond mass ``_TAU`` dropped (bounded in the table).
     """
     composed: tuple[np.ndarray, int] | None = None
     dropped = 0.0
     log_norm = 0.0
     infinity_log_survival = 0.0
+    by_count: dict[int, tuple[np.ndarray, int]] = {}
     for release in releases:
-        losses = (release.lower + np.arange(release.probs.size)) * interval
-        with np.errstate(divide="ignore"):
-            log_w = np.log(release.probs) + lam * losses
+        log_w = release.log_probs + lam * release.losses(interval)
         log_m = float(special.logsumexp(log_w))
         log_norm += release.count * log_m
         if release.infinity_mass < 1.0:
@@ -361,25 +396,15 @@ def tilted_table(releases: Sequence[Release], interval: float, lam: float,
             infinity_log_survival = -math.inf
         base, base_offset, cut = _truncate(np.exp(log_w - log_m), release.lower)
         dropped += cut * release.count
-        part: tuple[np.ndarray, int] | None = None
-        n = release.count
-        square = (base, base_offset)
-        while n:
-            if n & 1:
-                if part is None:
-                    part = square
-                else:
-                    probs, offset, cut = _convolve(part, square)
-                    dropped += cut
-                    part = (probs, offset)
-            n >>= 1
-            if n:
-                probs, offset, cut = _convolve(square, square)
-                # a dropped tilted mass at this level recurs in every later use of the square
-                dropped += cut * (n if n else 1)
-                square = (probs, offset)
-        if part is None:
-            raise ValueError(f"a release's count must be >= 1; got {release.count}")
+        if release.count in by_count:
+            probs, offset, cut = _convolve(by_count[release.count], (base, base_offset))
+            dropped += cut * release.count
+            by_count[release.count] = (probs, offset)
+        else:
+            by_count[release.count] = (base, base_offset)
+    for count, product in sorted(by_count.items()):
+        part, cut = _power(product, count)
+        dropped += cut
         if composed is None:
             composed = part
         else:
@@ -402,7 +427,8 @@ def tilted_table(releases: Sequence[Release], interval: float, lam: float,
     if faint.any() and not faint.all():
         keep = np.flatnonzero(~faint)
         first, last = int(keep[0]), int(keep[-1])
-        faint_mass = float(np.sum(np.exp(log_probs[faint])))
+        outside = np.concatenate([log_probs[:first], log_probs[last + 1:]])
+        faint_mass = float(np.sum(np.exp(outside)))
         log_probs = log_probs[first:last + 1]
         offset += first
     else:
