@@ -159,3 +159,14 @@ def test_vectorised_gaussian_pld_is_dp_accountings():
         a, b = getattr(ours, name), getattr(theirs, name)
         assert a._lower_loss == b._lower_loss and a._infinity_mass == b._infinity_mass
         np.testing.assert_allclose(a._probs, b._probs, rtol=1e-12, atol=1e-300)
+
+
+@pytest.mark.parametrize("sigma", [1e6, 1e200, 1e308])
+def test_a_huge_gaussian_beside_a_laplace_costs_almost_nothing(sigma):
+    # sigma^2 overflowed in dp_accounting's construction (OverflowError): a huge sigma is
+    # built at 1e6 (less noise: an upper bound)
+    acc = PLDAccountant().compose(dpe.GaussianDpEvent(sigma)).compose(dpe.LaplaceDpEvent(1.0))
+    alone = PLDAccountant().compose(dpe.LaplaceDpEvent(1.0))
+    for delta in (1e-5, 1e-14):
+        got = float(acc.get_epsilon(delta))
+        assert float(alone.get_epsilon(delta)) <= got <= float(alone.get_epsilon(delta)) + 2e-4

@@ -160,7 +160,11 @@ def _build_spec_pld(spec: _Spec, interval: float) -> _pld.PrivacyLossDistributio
             spec[1], sensitivity=1, pessimistic_estimate=True,
             value_discretization_interval=interval, use_connect_dots=True)
     if kind == "gaussian":  # dp_accounting's PLD (q = 1: shift by 1), built vectorised
-        return gaussian_pld(spec[1], 1.0, interval, _LOG_MASS_TRUNCATION)
+        # Less noise is less private (mu = 1/sigma GDP), so a huge sigma may be replaced by
+        # _MAX_GAUSSIAN_PLD_NOISE: an upper bound whose loss (~1e-12 in epsilon) is far below
+        # the grid, where sigma^2 would overflow (1e200) in dp_accounting's construction.
+        return gaussian_pld(min(spec[1], _MAX_GAUSSIAN_PLD_NOISE), 1.0, interval,
+                            _LOG_MASS_TRUNCATION)
     if kind == "discrete-laplace":  # sensitivity above _MAX_LATTICE_SENSITIVITY
         return _pld.from_discrete_laplace_mechanism(
             spec[1], sensitivity=spec[2], pessimistic_estimate=True,
@@ -195,6 +199,10 @@ _MIN_SUBSAMPLED_GAUSSIAN_NOISE = 0.01
 
 
 _MAX_SUBSAMPLED_GAUSSIAN_NOISE = 1e6
+
+#: Largest Gaussian noise multiplier built as a PLD; a larger one is built at this one (less
+#: noise: an upper bound, see :func:`_build_spec_pld`).
+_MAX_GAUSSIAN_PLD_NOISE = 1e6
 
 
 #: Smallest merged Gaussian noise multiplier composed with other events (below it
