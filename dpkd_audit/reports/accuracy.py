@@ -36,6 +36,7 @@ from dpkd_audit.reports.records import (
     validate_record,
 )
 from dpkd_audit.reports.references import RECORD_LEVEL_BASELINES, PaperReference
+from dpkd_audit.reports.safe_json import clip
 from dpkd_audit.reports.tables import (
     PARTIAL_SECONDS_MARK,
     TABLE_COLUMNS,
@@ -274,8 +275,8 @@ def accuracy_figure(records: Sequence[Mapping[str, Any]], *,
         triple = pts[0].triple
         ours_clusters.setdefault(triple, set()).update(
             int(r["clusters"]) for p in pts for r in p.records if r.get("clusters") is not None)
-        name = " ".join(triple)
-        setup = _setup_label(pts[0].setup, varying[triple])
+        name = " ".join(clip(part) for part in triple)  # names from records: bounded
+        setup = clip(_setup_label(pts[0].setup, varying[triple]))
         if setup:
             name = f"{name} [{setup}]"
         marker = _MARKERS[index % len(_MARKERS)]
@@ -327,15 +328,16 @@ def accuracy_figure(records: Sequence[Mapping[str, Any]], *,
     if not handles:
         raise ValueError(f"no record and no reference has a value for metric {metric.value!r}")
 
-    datasets = sorted({str(r["dataset"]) for r in checked})
+    datasets = sorted({clip(r["dataset"]) for r in checked})
     ax.set_xscale("log")
     ax.set_xlabel("target epsilon (log scale)")
     ax.set_ylabel(f"{metric.title} (%)" if len(curves) == 1 else "accuracy (%): solid "
                   f"{metric.title}, dashed {curves[-1][0].title}")
-    ax.set_title(title or f"{metric.title.capitalize()} vs epsilon ({', '.join(datasets)})")
+    ax.set_title(clip(title or f"{metric.title.capitalize()} vs epsilon "
+                      f"({', '.join(datasets)})", 200))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="best")
-    devices = _devices(checked)
+    devices = [clip(d) for d in _devices(checked)]
     notes = []
     if len(devices) == 1:
         notes.append(f"device: {devices[0]}")

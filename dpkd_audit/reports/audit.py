@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dpkd_audit.audit.auditor import verdict_of
+from dpkd_audit.reports.safe_json import MAX_TEXT_CHARS, clip
 
 __all__ = ["audit_figure", "audit_markdown_table", "plot_audit", "record_verdict"]
 
@@ -69,13 +70,14 @@ def audit_markdown_table(records: Sequence[dict[str, Any]]) -> str:
         return (f"| {name} | {_fmt(claimed)} | {_fmt(lower)} | "
                 f"{_fmt(lower / claimed if claimed else math.inf, 3)} | "
                 + (f"{_fmt(best) if best is not None else '-'} | " if attainable else "")
-                + f"{_VERDICT_TEXT[record_verdict(r)]} | {r.get('attack', '-')} | "
-                + (f"{pair[0]} vs {pair[1]} | " if inputs and pair else
+                + f"{_VERDICT_TEXT.get(record_verdict(r), clip(record_verdict(r)))} | "
+                + f"{clip(r.get('attack', '-'), MAX_TEXT_CHARS)} | "
+                + (f"{clip(pair[0])} vs {clip(pair[1])} | " if inputs and pair else
                    ("- | " if inputs else ""))
                 + f"{_fmt(r.get('samples_per_side'))} | {_fmt(r.get('seconds'), 3)} |")
 
     for r in records:
-        name = f"{r['mechanism']} (control)" if r.get("control") else str(r["mechanism"])
+        name = f"{clip(r['mechanism'])} (control)" if r.get("control") else clip(r["mechanism"])
         lines.append(row(r, name))
         design = r.get("design")
         if design:
@@ -105,7 +107,7 @@ def plot_audit(records: Sequence[dict[str, Any]], path: str | Path, *,
     """Write :func:`audit_figure` as a PNG at ``path`` (parent folders are created)."""
     import matplotlib.pyplot as plt
 
-    fig = audit_figure(records, title=title)
+    fig = audit_figure(records, title=clip(title, 200))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
@@ -142,7 +144,7 @@ def audit_figure(records: Sequence[dict[str, Any]], *,
         raise ValueError("records must not be empty")
     ordered = ([r for r in records if not r.get("control")]
                + [r for r in records if r.get("control")])
-    names = [str(r["mechanism"]) for r in ordered]
+    names = [clip(r["mechanism"]) for r in ordered]  # a name from a record: bounded
     x = list(range(len(ordered)))
     claimed = [float(r["epsilon_claimed"]) for r in ordered]
     lower = [float(r["epsilon_lower"]) for r in ordered]

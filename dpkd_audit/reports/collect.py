@@ -5,21 +5,28 @@ the mechanism audits' ``results.json`` (``dpkd audit --all``) and the pipeline a
 ``audit.json`` (``dpkd audit-run``). :func:`collect` walks files and folders, reads every record
 with the file and line it came from (:class:`SourcedRecord`), and sorts it into a
 :class:`RecordKind`; anything else is refused with the file, the line and what is missing, before
-any figure is drawn.
+any figure is drawn. Only regular files are read, at most
+:data:`~dpkd_audit.reports.records.MAX_RECORD_FILE_BYTES` each (a FIFO named ``results.jsonl``,
+a symlink to ``/dev/zero`` or to itself is refused by name, never waited on or read forever), and
+every field a report reads is checked by :mod:`~dpkd_audit.reports.record_schema`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dpkd_audit.reports.records import REQUIRED_KEYS, validate_record
-from dpkd_audit.reports.safe_json import load_json
+from dpkd_audit.reports.record_schema import (
+    MECHANISM_AUDIT_FIELDS,
+    PIPELINE_AUDIT_FIELDS,
+    check_fields,
+)
+from dpkd_audit.reports.records import MAX_RECORD_FILE_BYTES, REQUIRED_KEYS, validate_record
+from dpkd_audit.reports.safe_json import load_json, read_regular_file
 
 __all__ = ["RECORD_FILES", "RecordKind", "SourcedRecord", "collect"]
 
@@ -69,29 +76,21 @@ class SourcedRecord:
         return f"{self.source}:{self.line}"
 
 
-def _check_bound(record: Mapping[str, Any], where: str) -> None:
-    """An audit's bound is a finite number >= 0, its claim a number > 0 (never drawn as NaN)."""
-    lower, claimed = record.get("epsilon_lower"), record.get("epsilon_claimed")
-    if (not isinstance(lower, int | float) or isinstance(lower, bool)
-            or not math.isfinite(lower) or lower < 0):
-        raise ValueError(f"{where}: epsilon_lower must be a finite number >= 0 (an audit's "
-                         f"lower bound); got {lower!r}")
-    if (not isinstance(claimed, int | float) or isinstance(claimed, bool)
-            or not claimed > 0):
-        raise ValueError(f"{where}: epsilon_claimed must be a number > 0; got {claimed!r}")
-
-
 def _classify(record: Any, where: str) -> RecordKind:
+    """The kind of ``record``, its fields checked (:mod:`~dpkd_audit.reports.record_schema`)."""
     if not isinstance(record, Mapping):
         raise ValueError(f"{where}: a record must be a JSON object; got {type(record).__name__}")
     if record.get("kind") == RecordKind.PIPELINE_AUDIT.value:
         missing = [k for k in _PIPELINE_AUDIT_KEYS if k not in record]
         if missing:
             raise ValueError(f"{where}: pipeline-audit record without {', '.join(missing)}")
-        _check_bound(record, where)
+        _check(record, PIPELINE_AUDIT_FIELDS, where)
+        if record.get("estimator") == "one-run" and record.get("canaries") is None:
+            raise ValueError(f"{where}: canaries must be an integer >= 0 in a one-run audit; "
+                             "it is missing")
         return RecordKind.PIPELINE_AUDIT
     if all(k in record for k in _MECHANISM_AUDIT_KEYS):
-        _check_bound(record, where)
+        _check(record, MECHANISM_AUDIT_FIELDS, where)
         return RecordKind.MECHANISM_AUDIT
     if all(k in record for k in REQUIRED_KEYS):
         return RecordKind.RESULT
@@ -101,11 +100,15 @@ def _classify(record: Any, where: str) -> RecordKind:
                      "(kind 'pipeline-audit')")
 
 
-def _read(path: Path) -> list[tuple[int, Any]]:
+def _check(record: Mapping[str, Any], fields: Mapping[str, Any], where: str) -> None:
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+        check_fields(record, fields)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _read(path: Path) -> list[tuple[int, Any]]:
+    raw = read_regular_file(path, max_bytes=MAX_RECORD_FILE_BYTES, what="records")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -126,25 +129,43 @@ def _read(path: Path) -> list[tuple[int, Any]]:
     return [(1, data)]
 
 
+def _resolved(path: Path) -> Path | None:
+    """``path`` resolved, or ``None`` where it cannot be (a symlink loop)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return None
+
+
 def _files(path: Path, skip: Path | None) -> list[Path]:
-    if path.is_file():
-        return [path]
+    """The record files of ``path``: itself unless it is a folder (then read as a file)."""
     if not path.is_dir():
-        raise ValueError(f"records: {str(path)!r} is neither a file nor a folder")
+        return [path]  # read_regular_file refuses what is not a regular file
     found = []
     for root, dirs, names in os.walk(path):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".")
-                         and (skip is None or Path(root, d).resolve() != skip))
+                         and (skip is None or _resolved(Path(root, d)) != skip))
         found.extend(Path(root, n) for n in sorted(names) if n in RECORD_FILES)
     return found
 
 
+def _identity(path: Path) -> Any:
+    """What tells two names of one file apart (device and inode), else the name itself."""
+    try:
+        info = path.stat()
+    except OSError:
+        return str(path)
+    return (info.st_dev, info.st_ino)
+
+
 def _relative(path: Path, base: Path | None) -> str:
     if base is not None:
-        try:
-            return path.resolve().relative_to(base.resolve()).as_posix()
-        except ValueError:
-            pass
+        resolved, root = _resolved(path), _resolved(base)
+        if resolved is not None and root is not None:
+            try:
+                return resolved.relative_to(root).as_posix()
+            except ValueError:
+                pass
     return path.as_posix()
 
 
@@ -163,28 +184,36 @@ def collect(paths: Iterable[str | os.PathLike[str]], *, base: str | os.PathLike[
         read once.
 
     Raises:
-        ValueError: For a path that does not exist, a file that is not JSON, a record of no known
-            kind (naming its file and line, and the keys it lacks), an invalid result record, or
-            no record at all.
+        ValueError: For an empty or missing path, a file that is not a regular file or is
+            larger than :data:`~dpkd_audit.reports.records.MAX_RECORD_FILE_BYTES`, a file that
+            is not JSON, a record of no known kind (naming its file and line, and the keys it
+            lacks), a field of the wrong type or range (naming file, line and field), or no
+            record at all.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    paths = [Path(p) for p in paths]
+    paths = list(paths)
     if not paths:
         raise ValueError("records: give at least one file or folder")
+    if any(os.fspath(p) == "" for p in paths):  # Path("") is "."
+        raise ValueError("records: an empty path names no file or folder (give . for the "
+                         "current folder)")
+    paths = [Path(p) for p in paths]
     base_path = Path(base) if base is not None else None
-    skip_path = Path(skip).resolve() if skip is not None else None
-    seen: set[Path] = set()
+    skip_path = _resolved(Path(skip)) if skip is not None else None
+    seen: set[Any] = set()
     out: list[SourcedRecord] = []
     for path in paths:
-        if not path.exists():
+        if not os.path.lexists(path):
             raise ValueError(f"records: {str(path)!r} does not exist")
         for file in _files(path, skip_path):
-            if file.resolve() in seen:
+            identity = _identity(file)
+            if identity in seen:
                 continue
-            seen.add(file.resolve())
+            seen.add(identity)
+            entries = _read(file)  # refuses what is not a regular file, before anything else
             source = _relative(file, base_path)
-            for line, record in _read(file):
+            for line, record in entries:
                 where = f"{source}:{line}"
                 kind = _classify(record, where)
                 if kind is RecordKind.RESULT:

@@ -25,6 +25,7 @@ from dpkd_audit.reports.budgets import ACCOUNTANTS, plan_budget
 from dpkd_audit.reports.collect import RecordKind, SourcedRecord, of_kind
 from dpkd_audit.reports.records import _fmt_eps
 from dpkd_audit.reports.references import PaperReference, references_for
+from dpkd_audit.reports.safe_json import MAX_TEXT_CHARS, clip
 
 __all__ = [
     "Cell",
@@ -65,6 +66,8 @@ class Cell:
     aggregate: str = "same"
 
     def __post_init__(self) -> None:
+        # text from records: names are cut at 80 characters before, free text here
+        object.__setattr__(self, "text", clip(self.text, MAX_TEXT_CHARS))
         if self.text == "-":  # no value: nothing to trace
             object.__setattr__(self, "refs", ())
             object.__setattr__(self, "key", None)
@@ -260,9 +263,9 @@ def series_of(records: Sequence[SourcedRecord]) -> list[Series]:
                         float(f"{record_level(r.record):.10g}"), labels_of(r.record))
                 points.setdefault(pkey, []).append(r)
             ordered = sorted(points.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2] or 0))
-            out.append(Series(
-                method=triple[0], dataset=triple[1], mode=triple[2],
-                setup=_setup_text(flats[config], differing, configs[config]),
+            out.append(Series(  # names from records, bounded for legends, titles and cells
+                method=clip(triple[0]), dataset=clip(triple[1]), mode=clip(triple[2]),
+                setup=clip(_setup_text(flats[config], differing, configs[config])),
                 points=tuple(Point(epsilon_published=k[0], epsilon_record_level=k[1],
                                    labels=k[2], runs=tuple(v)) for k, v in ordered)))
     return out
@@ -361,7 +364,7 @@ def budget_tables(records: Sequence[SourcedRecord]) -> list[Table]:
                 continue
             relations.add(budget.relation)
             refs = tuple(r.ref for r in runs)
-            cells = [Cell(key[0]), Cell(key[1]),
+            cells = [Cell(clip(key[0])), Cell(clip(key[1])),
                      Cell(_or_dash(labels_of(runs[0].record)), refs, "labels"),
                      Cell(budget.plan),
                      Cell(f"{budget.delta:g}", refs, "delta"),
@@ -379,7 +382,7 @@ def budget_tables(records: Sequence[SourcedRecord]) -> list[Table]:
         if not rows:
             continue
         tables.append(Table(
-            caption=f"Budgets: {method}",
+            caption=f"Budgets: {clip(method)}",
             columns=("dataset", "mode", "labels / queries", "plan (ledger charges)", "delta",
                      "epsilon (record level)", *(s for _, s in ACCOUNTANTS), "runs"),
             rows=tuple(rows),
@@ -415,12 +418,12 @@ def audit_tables(records: Sequence[SourcedRecord]) -> list[Table]:
         for r in mechanisms:
             rec, refs = r.record, (r.ref,)
             rows.append((
-                Cell(str(rec["mechanism"]) + (" (control)" if rec.get("control") else "")),
-                Cell(str(rec.get("configuration", "-"))),
+                Cell(clip(rec["mechanism"]) + (" (control)" if rec.get("control") else "")),
+                Cell(str(rec.get("configuration") or "-")),
                 Cell(_fmt_eps(float(rec["epsilon_claimed"])), refs, "epsilon_claimed"),
                 Cell(f"{float(rec['epsilon_lower']):.4g}", refs, "epsilon_lower"),
                 Cell(str(rec["verdict"])),
-                Cell(str(rec.get("attack", "-"))),
+                Cell(str(rec.get("attack") or "-")),
                 Cell(_or_dash(rec.get("samples_per_side")), refs, "samples_per_side")))
         tables.append(Table(
             caption="Audits of the mechanisms (dpkd audit)",
@@ -440,8 +443,8 @@ def audit_tables(records: Sequence[SourcedRecord]) -> list[Table]:
                     else f"{rec.get('runs_per_side', '-')} runs per side")
             key = "canaries" if rec.get("estimator") == "one-run" else "runs_per_side"
             rows.append((
-                Cell(str(rec["pipeline"])), Cell(str(rec["dataset"])), Cell(str(rec["mode"])),
-                Cell(str(rec.get("stage", "-"))),
+                Cell(clip(rec["pipeline"])), Cell(clip(rec["dataset"])), Cell(clip(rec["mode"])),
+                Cell(clip(rec.get("stage") or "-")),
                 Cell(_fmt_eps(float(rec["epsilon_claimed"])), refs, "epsilon_claimed"),
                 Cell(f"{float(rec['epsilon_lower']):.4g}", refs, "epsilon_lower"),
                 _optional_bound(rec, refs, "epsilon_lower_fdp"),
@@ -473,15 +476,15 @@ def provenance_table(records: Sequence[SourcedRecord]) -> Table:
         commit = prov.get("git_commit")
         commit_text = "-" if not commit else str(commit)[:7] + (
             " (dirty)" if prov.get("git_dirty") else "")
-        what = (f"{rec['method']} {rec['dataset']} {rec['mode']}"
+        what = (f"{clip(rec['method'])} {clip(rec['dataset'])} {clip(rec['mode'])}"
                 if r.kind is RecordKind.RESULT else
-                f"audit {rec['pipeline']} {rec['dataset']} {rec['mode']}"
-                if r.kind is RecordKind.PIPELINE_AUDIT else f"audit {rec['mechanism']}")
+                f"audit {clip(rec['pipeline'])} {clip(rec['dataset'])} {clip(rec['mode'])}"
+                if r.kind is RecordKind.PIPELINE_AUDIT else f"audit {clip(rec['mechanism'])}")
         seconds = seconds_of(rec)
         rows.append((Cell(r.ref), Cell(what), Cell(str(rec.get("command") or "-")),
-                     Cell(str(rec.get("device") or (
-                         f"not recorded (platform {prov['platform']})" if prov.get("platform")
-                         else "-"))),
+                     Cell(clip(rec.get("device") or (
+                         f"not recorded (platform {clip(prov['platform'])})"
+                         if prov.get("platform") else "-"))),
                      Cell(commit_text, (r.ref,), None if not commit else "provenance.git_commit"),
                      Cell(str(prov.get("created_utc") or "-"), (r.ref,),
                           "provenance.created_utc" if prov.get("created_utc") else None),
@@ -497,4 +500,4 @@ def provenance_table(records: Sequence[SourcedRecord]) -> Table:
 
 def devices(records: Iterable[SourcedRecord]) -> list[str]:
     """Distinct devices named by the records."""
-    return sorted({str(r.record["device"]) for r in records if r.record.get("device")})
+    return sorted({clip(r.record["device"]) for r in records if r.record.get("device")})

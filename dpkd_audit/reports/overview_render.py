@@ -32,7 +32,7 @@ from dpkd_audit.reports.overview import (
     series_of,
 )
 from dpkd_audit.reports.references import RECORD_LEVEL_BASELINES
-from dpkd_audit.reports.safe_json import safe_file_part
+from dpkd_audit.reports.safe_json import clip, safe_file_part
 
 __all__ = ["Block", "ReportFiles", "accuracy_panels", "build_report", "render_html",
            "render_markdown"]
@@ -203,12 +203,13 @@ def _audit_size(record: dict[str, Any]) -> str:
     """``"one run, 1,000 canaries"`` or ``"many runs"``: tells two audits of one stage apart."""
     if record.get("estimator") == "one-run" and "canaries" in record:
         return f"one run, {record['canaries']:,} canaries"
-    return "many runs" if record.get("estimator") == "many-run" else record.get("estimator", "")
+    return "many runs" if record.get("estimator") == "many-run" else \
+        clip(record.get("estimator") or "")
 
 
 def _pipeline_audit_points(records: Sequence[SourcedRecord]) -> list[dict[str, Any]]:
-    return [{"mechanism": f"{r.record['pipeline']} {r.record['dataset']} {r.record['mode']}"
-                          f" ({_audit_size(r.record)})",
+    return [{"mechanism": f"{clip(r.record['pipeline'])} {clip(r.record['dataset'])} "
+                          f"{clip(r.record['mode'])} ({_audit_size(r.record)})",
              "epsilon_claimed": r.record["epsilon_claimed"],
              "epsilon_lower": r.record["epsilon_lower"], "verdict": r.record["verdict"],
              **{key: r.record[key] for key in ("epsilon_lower_fdp", "epsilon_lower_gaussian")

@@ -24,7 +24,9 @@ Record keys (see the shared ARCHITECTURE "Pipelines"):
   ``shared_stages`` (stages measured once and shared by the runs of a sweep, counted in each)
   and ``provenance`` (package version, git commit, time, library versions: see
   :mod:`dpkd_audit.provenance`); records written before these keys existed are shown with
-  what they have.
+  what they have. The other keys a report reads (``command``, ``provenance``, ``config``,
+  ``charges``, ...) are checked by :data:`~dpkd_audit.reports.record_schema.RESULT_FIELDS`, and
+  files are read only if they are regular files of at most :data:`MAX_RECORD_FILE_BYTES`.
 
 Runs are aggregated over seeds: records that agree on method, dataset, mode, the setup keys
 (:data:`SETUP_KEYS`) and the target epsilon form one point / one table row, shown as the mean
@@ -49,11 +51,13 @@ from dpkd_audit._validate import (
     check_positive,
     check_probability,
 )
+from dpkd_audit.reports.record_schema import RESULT_FIELDS, check_fields
 from dpkd_audit.reports.references import PaperReference, references_for
-from dpkd_audit.reports.safe_json import load_json
+from dpkd_audit.reports.safe_json import load_json, read_regular_file
 
 __all__ = [
     "EVALUATOR_ONLY_KEYS",
+    "MAX_RECORD_FILE_BYTES",
     "REQUIRED_KEYS",
     "SETUP_KEYS",
     "Metric",
@@ -61,6 +65,9 @@ __all__ = [
     "setup_value",
     "validate_record",
 ]
+
+#: Largest record file read (bytes): the committed sweeps' largest is about 0.6 MB.
+MAX_RECORD_FILE_BYTES = 32 * 2**20
 
 #: Keys every record must have.
 REQUIRED_KEYS: tuple[str, ...] = ("method", "dataset", "mode", "epsilon", "test_accuracy")
@@ -212,6 +219,7 @@ def validate_record(record: Any, *, where: str = "record") -> dict[str, Any]:
             if record.get(key) is not None:
                 _check_text(key, record[key])
         _check_seconds(record.get("seconds"))
+        check_fields(record, RESULT_FIELDS)
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
     return record  # type: ignore[return-value]
@@ -232,7 +240,9 @@ def load_records(path_or_paths: str | os.PathLike[str] | Iterable[str | os.PathL
 
     Raises:
         FileNotFoundError: If a file does not exist.
-        ValueError: For an unknown suffix, no path or no record at all, or malformed content:
+        ValueError: For an unknown suffix, no path or no record at all, a file that is not a
+            regular file (a FIFO, a device, a symlink loop) or is larger than
+            :data:`MAX_RECORD_FILE_BYTES`, or malformed content:
             the message starts with ``"FILE:LINE:"`` (bad JSON, a line that is not an object,
             a missing required key, a value out of range).
     """
@@ -248,9 +258,13 @@ def load_records(path_or_paths: str | os.PathLike[str] | Iterable[str | os.PathL
         if suffix not in (".json", ".jsonl"):
             raise ValueError(f"{path}: result files must end in .json (one record) or .jsonl "
                              f"(one record per line); got suffix {path.suffix!r}")
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise FileNotFoundError(f"{path}: no such result file")
-        text = path.read_text(encoding="utf-8")
+        raw = read_regular_file(path, max_bytes=MAX_RECORD_FILE_BYTES, what="records")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}: not a record file: it is not UTF-8 JSON") from None
         if suffix == ".json":
             record = load_json(text, str(path))
             records.append(validate_record(record, where=f"{path}:1"))

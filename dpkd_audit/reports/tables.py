@@ -32,6 +32,7 @@ from dpkd_audit.reports.records import (
     load_records,
 )
 from dpkd_audit.reports.references import PAPER_REFERENCES, PaperReference, best_baseline
+from dpkd_audit.reports.safe_json import clip
 
 __all__ = [
     "COMPACT_COLUMNS",
@@ -194,9 +195,9 @@ def table_rows(records: Sequence[Mapping[str, Any]], *,
         record_level = [_infinite_or_positive("epsilon_record_level",
                                               r.get("epsilon_record_level"), null_is_inf=True)
                         if "epsilon_record_level" in r else None for r in p.records]
-        cells = [
-            p.method, p.dataset, p.mode,
-            " / ".join([*(str(setup[k]) for k in ("representation", "preset")
+        cells = [  # names from records: bounded (clip)
+            clip(p.method), clip(p.dataset), clip(p.mode),
+            " / ".join([*(clip(setup[k]) for k in ("representation", "preset")
                           if setup[k] is not None),
                         *([] if setup["labels"] is None else [f"Q={setup['labels']}"])]) or "-",
             "-" if setup["clusters"] is None else str(setup["clusters"]),
@@ -213,7 +214,7 @@ def table_rows(records: Sequence[Mapping[str, Any]], *,
             (f"{sum(seconds) / len(seconds):.1f}" if seconds else "-")
             + (f" {PARTIAL_SECONDS_MARK}" if seconds and any(
                 _missing_stages(r, stages) for r in p.records) else ""),
-            _distinct(_devices(p.records)),
+            _distinct(clip(d) for d in _devices(p.records)),
         ]
         rows.append(cells)
     return rows
@@ -254,6 +255,9 @@ def rst_results(paths: Sequence[str | os.PathLike[str]], *,
     if isinstance(paths, str | os.PathLike) or not isinstance(paths, Sequence) or not paths:
         raise ValueError("paths must be a non-empty sequence of result files or folders; "
                          f"got {paths!r}")
+    if any(os.fspath(p) == "" for p in paths):  # Path("") is ".": never the current folder
+        raise ValueError("paths: an empty path names no file or folder (give . for the current "
+                         "folder)")
     files = sorted({_result_file(p) for p in paths}, key=lambda f: f.as_posix())
     per_file = [(f, load_records(f)) for f in files]
     records = [r for _, recs in per_file for r in recs]
@@ -494,6 +498,9 @@ def results_overview(paths: Sequence[str | os.PathLike[str]], *,
     if isinstance(paths, str | os.PathLike) or not isinstance(paths, Sequence) or not paths:
         raise ValueError("paths must be a non-empty sequence of result files or folders; "
                          f"got {paths!r}")
+    if any(os.fspath(p) == "" for p in paths):  # Path("") is ".": never the current folder
+        raise ValueError("paths: an empty path names no file or folder (give . for the current "
+                         "folder)")
     files = sorted({_result_file(p) for p in paths}, key=lambda f: f.as_posix())
     per_file = [(f, load_records(f)) for f in files]
     records = [r for _, recs in per_file for r in recs]
@@ -552,9 +559,9 @@ def sweep_readme(records: Sequence[Mapping[str, Any]], *, command: str, title: s
     shown = [ref for ref in refs
              if (ref.method.lower(), ref.dataset.lower(), ref.mode.lower()) in triples]
 
-    devices = _devices(checked)
-    methods = sorted({str(r["method"]) for r in checked})
-    datasets = sorted({str(r["dataset"]) for r in checked})
+    devices = [clip(d) for d in _devices(checked)]
+    methods = sorted({clip(r["method"]) for r in checked})
+    datasets = sorted({clip(r["dataset"]) for r in checked})
     fence = "````" if "```" in command else "```"
     out = [f"# {title.strip()}", "", "Produced by:", "", f"{fence}bash", command.strip(), fence, ""]
     made_by = [c for c in dict.fromkeys(str(r["command"]).strip() for r in checked

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from dpkd_audit.audit.training import score_histogram
+from dpkd_audit.reports.safe_json import clip
 
 __all__ = ["pipeline_audit_markdown", "plot_pipeline_audit", "score_histogram"]
 
@@ -54,11 +55,12 @@ def pipeline_audit_markdown(records: Sequence[dict[str, Any]]) -> str:
         stage = r.get("stage", "release path (counts, labels, label accuracy)")
         fdp, gauss = r.get("epsilon_lower_fdp"), r.get("epsilon_lower_gaussian")
         lines.append(
-            f"| {r['pipeline']} | {r['dataset']} | {r['mode']} | {stage} | {_fmt(claimed)} | "
+            f"| {clip(r['pipeline'])} | {clip(r['dataset'])} | {clip(r['mode'])} | {clip(stage)} | "
+            f"{_fmt(claimed)} | "
             f"{_fmt(float(r['delta']))} | {_fmt(lower)} | {lower / claimed:.3f} | "
             f"{'-' if fdp is None else _fmt(float(fdp))} | "
             f"{'-' if gauss is None else _fmt(float(gauss))} | "
-            f"{r['verdict']} | {_what(r)} | {seconds:.0f} |")
+            f"{clip(r['verdict'])} | {_what(r)} | {seconds:.0f} |")
     levels = sorted({float(r["confidence"]) for r in records})
     level = f"{levels[0]:.0%}" if len(levels) == 1 else "their stated"
     lines.append("")
@@ -90,10 +92,11 @@ def plot_pipeline_audit(record: dict[str, Any], path: str | Path) -> Path:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2),
                                       gridspec_kw={"width_ratios": [2.2, 1]})
     sides = record.get("side_labels", {"x": "x", "x_prime": "x'"})
-    left.stairs(hist["x"], edges, fill=True, alpha=0.45, color="tab:red", label=sides["x"])
+    left.stairs(hist["x"], edges, fill=True, alpha=0.45, color="tab:red",
+                label=clip(sides["x"]))
     left.stairs(hist["x_prime"], edges, fill=True, alpha=0.45, color="tab:blue",
-                label=sides["x_prime"])
-    left.set_xlabel(record.get("score_name", "canary score"))
+                label=clip(sides["x_prime"]))
+    left.set_xlabel(clip(record.get("score_name", "canary score"), 160))
     one_run = record.get("estimator") == "one-run"
     left.set_ylabel("canaries" if one_run else "runs")
     left.set_title(f"one run, {record['canaries']:,} canaries ({record['correct']:,} of "
@@ -116,10 +119,11 @@ def plot_pipeline_audit(record: dict[str, Any], path: str | Path) -> Path:
         right.text(x, h, f"{h:.3g}", ha="center", va="bottom", fontsize=7)
     right.set_xticks(positions, ticks, fontsize=8 if len(ticks) > 2 else None)
     right.set_ylabel("epsilon")
-    right.set_title(f"{record['verdict']}: {lower:.3f} / {claimed:g} = {lower / claimed:.2f}")
-    fig.suptitle(f"{record['pipeline']} {record['dataset']} {record['mode']}: "
-                 f"{record['estimator']} audit ({record['neighbouring'].split(':')[0]})",
-                 fontsize=10)
+    right.set_title(f"{clip(record['verdict'])}: {lower:.3f} / {claimed:g} = "
+                    f"{lower / claimed:.2f}")
+    fig.suptitle(f"{clip(record['pipeline'])} {clip(record['dataset'])} {clip(record['mode'])}: "
+                 f"{clip(record['estimator'])} audit "
+                 f"({clip(record['neighbouring'].split(':')[0])})", fontsize=10)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
