@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dpkd_audit.cli.arguments import int_at_least, positive_float
+from dpkd_audit.cli.limits import MAX_AUDIT_RUNS
 from dpkd_audit.cli.names import ONE_RUN_ANALYSES
 from dpkd_audit.cli.rknn import _MODES, _add_rknn_arguments, _rknn_config
 from dpkd_audit.cli.sweeps import _command, _out_dir, _write_json
@@ -79,10 +80,6 @@ def _analyses(args: argparse.Namespace, bound: Any, headline: str) -> tuple[dict
     lines.append(f"  exit status from {fields['deciding']}")
     print("\n".join(lines))
     return fields, 1 if deciding == "violation" else 0
-
-
-#: Most runs per side `dpkd audit-run` accepts (50 x its default).
-MAX_AUDIT_RUNS = 1_000_000
 
 
 def _cmd_audit_run_rknn(args: argparse.Namespace) -> int:

@@ -22,9 +22,11 @@ from dpkd_audit.cli.arguments import (
     positive_float,
 )
 from dpkd_audit.cli.audit_run import add_audit_run_parser
+from dpkd_audit.cli.limits import check_size_flags
 from dpkd_audit.cli.names import ATTACKS, BATCH_RELATIONS, PLAN_KINDS, SAMPLINGS, name_type
-from dpkd_audit.cli.paths import check_output_dir, output_file
+from dpkd_audit.cli.paths import check_output_dir, check_path_arguments, output_file
 from dpkd_audit.cli.pipelines import add_pipeline_parsers
+from dpkd_audit.cli.plan_file import read_plan_file
 from dpkd_audit.cli.report import add_report_parser
 from dpkd_audit.cli.sweeps import argv_or_default
 from dpkd_audit.cli.user_audit import is_user_target, parse_value, user_audit_record
@@ -174,49 +176,26 @@ def _noise_of_epsilon(kind: str, epsilon: float, noise: float | None) -> float:
     return _NOISE_OF_EPSILON[kind](epsilon)
 
 
-#: Keys a release of ``dpkd budget --plan FILE`` may have (the single-plan flags).
-_PLAN_KEYS = {"mechanism", "noise", "epsilon", "queries", "sampling_probability", "classes",
-              "users", "dataset_size", "batch_size", "epochs"}
-
-
 def _mixed_plans(path: str) -> list[Any]:
-    """The releases of ``dpkd budget --plan FILE``, each checked, errors naming file and entry."""
+    """The releases of ``dpkd budget --plan FILE``, each checked, errors naming file and entry.
+
+    The file and every field are checked first (:func:`~dpkd_audit.cli.plan_file.
+    read_plan_file`); then each release becomes a :class:`~dpkd_audit.accountants.budget.Plan`.
+    """
     from dpkd_audit.accountants.budget import Plan, PlanKind
 
-    kind_of = name_type(PLAN_KINDS, "mechanism")  # the spelling rule of `dpkd budget MECHANISM`
-
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"--plan: cannot read {path}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"--plan: {path} is not a JSON file: {exc}") from None
-    releases = data.get("releases") if isinstance(data, dict) else None
-    if not isinstance(releases, list) or not releases:
-        raise ValueError(f'--plan: {path} must hold {{"releases": [...]}} with at least one '
-                         "release")
     plans = []
-    for i, entry in enumerate(releases):
+    for i, entry in enumerate(read_plan_file(path)):
         where = f"--plan {path}, releases[{i}]"
-        if not isinstance(entry, dict):
-            raise ValueError(f"{where}: must be an object; got {entry!r}")
-        unknown = set(entry) - _PLAN_KEYS
-        if unknown:
-            raise ValueError(f"{where}: unknown keys {sorted(unknown)} (allowed: "
-                             f"{', '.join(sorted(_PLAN_KEYS))})")
-        try:
-            mechanism = kind_of(str(entry.get("mechanism", "")))
-        except argparse.ArgumentTypeError:
-            raise ValueError(f"{where}: mechanism must be one of {', '.join(PLAN_KINDS)}; got "
-                             f"{entry.get('mechanism')!r}") from None
+        mechanism = entry["mechanism"]
         noise = entry.get("noise")
-        if entry.get("epsilon") is not None:
-            noise = _noise_of_epsilon(mechanism, entry["epsilon"], noise)
-        count = "epochs" if mechanism == "dp-sgd" else "queries"
-        if noise is None or entry.get(count) is None:
-            raise ValueError(f"{where} ({mechanism}): needs noise (or epsilon, where the "
-                             f"mechanism has one) and {count}")
         try:
+            if entry.get("epsilon") is not None:
+                noise = _noise_of_epsilon(mechanism, entry["epsilon"], noise)
+            count = "epochs" if mechanism == "dp-sgd" else "queries"
+            if noise is None or entry.get(count) is None:
+                raise ValueError(f"({mechanism}): needs noise (or epsilon, where the mechanism "
+                                 f"has one) and {count}")
             plans.append(Plan(kind=PlanKind(mechanism), noise=noise,
                               queries=entry.get("queries"),
                               sampling_probability=entry.get("sampling_probability"),
@@ -225,7 +204,8 @@ def _mixed_plans(path: str) -> list[Any]:
                               dataset_size=entry.get("dataset_size"),
                               batch_size=entry.get("batch_size"), epochs=entry.get("epochs")))
         except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
+            text = str(exc).replace("--epsilon", "epsilon").replace("--noise", "noise")
+            raise ValueError(f"{where}{'' if text.startswith('(') else ':'} {text}") from None
     return plans
 
 
@@ -669,6 +649,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.subcommands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     args.argv = argv_or_default(argv)
     try:
+        # the edge: every path and size given is checked before any data is loaded or work done
+        check_path_arguments(args)
+        check_size_flags(args)
         if getattr(args, "out", None) is not None:  # every --out is a folder: refused before
             check_output_dir(args.out, "--out")      # any data is loaded or work is done
         return args.func(args)

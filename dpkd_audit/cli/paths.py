@@ -7,10 +7,40 @@ ask for is created (``--out`` is the one folder a command creates, with its pare
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
-__all__ = ["check_output_dir", "output_dir", "output_file"]
+__all__ = ["PATH_ARGUMENTS", "check_output_dir", "check_path_arguments", "output_dir",
+           "output_file"]
+
+#: The arguments of the ``dpkd`` commands that name a file or a folder (``dest`` -> as the
+#: user wrote it).
+PATH_ARGUMENTS: dict[str, str] = {
+    "out": "--out", "ledger": "--ledger", "data_dir": "--data-dir", "plot": "--plot",
+    "plan": "--plan", "records": "RECORDS", "paths": "PATH", "path": "PATH",
+}
+
+
+def _refuse_empty(value: str | os.PathLike[str], flag: str) -> None:
+    """An empty path is refused by name: ``Path("")`` is ``"."``, never what was meant."""
+    if os.fspath(value) == "":
+        raise ValueError(f"{flag} is an empty path: name a file or folder (. is the current "
+                         "folder)")
+
+
+def check_path_arguments(args: argparse.Namespace) -> None:
+    """Refuse every empty path argument of a parsed command line (:data:`PATH_ARGUMENTS`).
+
+    Raises:
+        ValueError: Naming the flag (``--out ''`` would otherwise write into the current
+            folder, ``dpkd results ''`` read it).
+    """
+    for dest, flag in PATH_ARGUMENTS.items():
+        value = getattr(args, dest, None)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str):
+                _refuse_empty(item, flag)
 
 
 def output_file(value: str | os.PathLike[str], flag: str) -> Path:
@@ -19,6 +49,7 @@ def output_file(value: str | os.PathLike[str], flag: str) -> Path:
     Raises:
         ValueError: Naming ``flag``, the path and what is wrong with it.
     """
+    _refuse_empty(value, flag)
     path = Path(value)
     if path.exists() and path.is_dir():
         raise ValueError(f"{flag} must be a file path; {path} is a directory")
@@ -45,6 +76,7 @@ def check_output_dir(value: str | os.PathLike[str], flag: str) -> Path:
     Raises:
         ValueError: Naming ``flag``, the path and what is wrong with it.
     """
+    _refuse_empty(value, flag)
     path = Path(value)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{flag} must be a directory; {path} is a file")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -90,12 +91,27 @@ def _record_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def _done_keys(path: Path, record_key: Callable[[Mapping[str, Any]], tuple[Any, ...]]
                ) -> set[tuple[Any, ...]]:
-    if not path.exists():
+    """The points ``--resume`` skips: the keys of the records in ``OUT/results.jsonl``.
+
+    The file is input like any record file: a regular file of bounded size, each line JSON
+    with the keys a point is known by, else one error naming the file and line.
+    """
+    from dpkd_audit.reports.records import MAX_RECORD_FILE_BYTES
+    from dpkd_audit.reports.safe_json import load_json, read_regular_file
+
+    if not os.path.lexists(path):
         return set()
+    raw = read_regular_file(path, max_bytes=MAX_RECORD_FILE_BYTES, what="--resume")
     keys = set()
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(raw.decode("utf-8", "replace").splitlines(), start=1):
         if line.strip():
-            keys.add(record_key(json.loads(line)))
+            record = load_json(line, str(path), number)
+            try:
+                keys.add(record_key(record))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"{path}:{number}: --resume cannot tell which run this record "
+                                 f"is ({type(exc).__name__}: {exc}); fix or move the file, or "
+                                 "pass --force") from None
     return keys
 
 

@@ -56,8 +56,13 @@ from dpkd_audit.audit.training import MIN_CANARIES, canary_inclusion
 from dpkd_audit.data import Dataset
 from dpkd_audit.training_audit.participation import PoissonParticipation, poisson_step_log_ratio
 
-__all__ = ["CanaryPlacement", "CanaryScoring", "CanaryTap", "GradientCanaries",
+__all__ = ["MAX_CANARIES", "CanaryPlacement", "CanaryScoring", "CanaryTap", "GradientCanaries",
            "GradientCanaryInjector", "RecordCanaries", "locate_coordinates"]
+
+#: Most canaries of one audit (the committed audits take 100,000): their inclusion, coordinates
+#: and scores are arrays of this length, and a dedicated tap holds one weight per canary. The
+#: same as :data:`dpkd_audit.pipelines.limits.MAX_CANARIES` (``dpkd audit-run --canaries``).
+MAX_CANARIES = 10_000_000
 
 
 class CanaryPlacement(enum.StrEnum):
@@ -115,7 +120,7 @@ class _CanarySet:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _validate.check_int("count", self.count, minimum=MIN_CANARIES)
+        _validate.check_int("count", self.count, minimum=MIN_CANARIES, maximum=MAX_CANARIES)
         _validate.check_int("seed", self.seed, minimum=0)
 
     @property
@@ -129,7 +134,7 @@ class RecordCanaries(_CanarySet):
     """Mislabeled record canaries of a private split (deterministic from ``seed``).
 
     Attributes:
-        count: m, the number of canaries (>= 2).
+        count: m, the number of canaries (in [2, :data:`MAX_CANARIES`]).
         seed: Seed of the records chosen, their wrong labels and their inclusion.
     """
 
@@ -172,7 +177,7 @@ class GradientCanaries(_CanarySet):
     """Which Dirac gradient canaries a DP-SGD run carries (deterministic from ``seed``).
 
     Attributes:
-        count: m, the number of canaries (>= 2).
+        count: m, the number of canaries (in [2, :data:`MAX_CANARIES`]).
         seed: Seed of their inclusion, their coordinates and their Poisson sampling.
         placement: Where their coordinates are (:class:`CanaryPlacement`; ``dedicated`` by
             default: a :class:`CanaryTap` that no real record's gradient touches).

@@ -35,6 +35,7 @@ from dpkd_audit.accountants.dp_sgd import (
 )
 from dpkd_audit.devices import resolve_device
 from dpkd_audit.ledger import Ledger
+from dpkd_audit.pipelines import limits
 from dpkd_audit.pipelines.common.progress import progress_counter
 from dpkd_audit.pipelines.common.teacher import TeacherConfig, build_teacher
 from dpkd_audit.training_audit.canaries import (
@@ -70,7 +71,7 @@ class DpSgdConfig:
     delta: float = 1e-5
 
     def __post_init__(self) -> None:
-        _validate.check_int("epochs", self.epochs, minimum=1)
+        _validate.check_int("epochs", self.epochs, minimum=1, maximum=limits.MAX_EPOCHS)
         _validate.check_int("batch_size", self.batch_size, minimum=1)
         _validate.check_positive("max_grad_norm", self.max_grad_norm)
         _validate.check_positive("learning_rate", self.learning_rate)

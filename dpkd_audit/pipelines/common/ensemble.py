@@ -58,6 +58,7 @@ from torch import nn
 
 from dpkd_audit import _validate
 from dpkd_audit.devices import resolve_device
+from dpkd_audit.pipelines import limits
 from dpkd_audit.pipelines.common.config import parse_enum
 from dpkd_audit.pipelines.common.progress import progress_counter
 from dpkd_audit.pipelines.common.student import StudentConfig, augment_batch
@@ -121,13 +122,14 @@ class EnsembleConfig:
     augment: bool = False
 
     def __post_init__(self) -> None:
-        _validate.check_int("num_teachers", self.num_teachers, minimum=2)
+        _validate.check_int("num_teachers", self.num_teachers, minimum=2,
+                            maximum=limits.MAX_TEACHERS)
         if (not isinstance(self.widths, tuple | list) or len(self.widths) != 2):
             raise ValueError(f"widths must be two channel counts; got {self.widths!r}")
         for width in self.widths:
             _validate.check_int("widths", width, minimum=1)
         object.__setattr__(self, "widths", tuple(self.widths))
-        _validate.check_int("steps", self.steps, minimum=1)
+        _validate.check_int("steps", self.steps, minimum=1, maximum=limits.MAX_STEPS)
         _validate.check_int("batch_size", self.batch_size, minimum=1)
         _validate.check_positive("learning_rate", self.learning_rate)
         if not isinstance(self.augment, bool):

@@ -41,6 +41,7 @@ from torch import nn
 
 from dpkd_audit import _validate
 from dpkd_audit.devices import resolve_device
+from dpkd_audit.pipelines import limits
 from dpkd_audit.pipelines.common.progress import progress_counter
 
 __all__ = [
@@ -133,7 +134,7 @@ class StudentConfig:
     warmup_fraction: float = 0.2
 
     def __post_init__(self) -> None:
-        _validate.check_int("epochs", self.epochs, minimum=1)
+        _validate.check_int("epochs", self.epochs, minimum=1, maximum=limits.MAX_EPOCHS)
         _validate.check_int("batch_size", self.batch_size, minimum=2)
         _validate.check_positive("learning_rate", self.learning_rate)
         _check_nonnegative("weight_decay", self.weight_decay)

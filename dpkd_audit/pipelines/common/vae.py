@@ -33,6 +33,7 @@ from torch import nn
 
 from dpkd_audit import _validate
 from dpkd_audit.devices import resolve_device
+from dpkd_audit.pipelines import limits
 from dpkd_audit.pipelines.common.progress import TailMeans, progress_counter
 
 __all__ = ["ConvVae", "VaeConfig", "VaeResult", "train_vae", "vae_loss"]
@@ -59,7 +60,7 @@ class VaeConfig:
     def __post_init__(self) -> None:
         _validate.check_int("latent_dim", self.latent_dim, minimum=1)
         _validate.check_int("width", self.width, minimum=1)
-        _validate.check_int("steps", self.steps, minimum=1)
+        _validate.check_int("steps", self.steps, minimum=1, maximum=limits.MAX_STEPS)
         _validate.check_int("batch_size", self.batch_size, minimum=2)
         _validate.check_positive("learning_rate", self.learning_rate)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from dpkd_audit import _validate
 from dpkd_audit.data import DatasetName
+from dpkd_audit.pipelines import limits
 from dpkd_audit.pipelines.common.config import Preset, parse_enum, plain
 from dpkd_audit.pipelines.common.dp_statistics import StatisticsConfig
 from dpkd_audit.pipelines.common.dp_teacher import DpSgdConfig
@@ -217,7 +218,8 @@ class DgdConfig:
                                  "mode='sound'")
             object.__setattr__(self, "epsilon", _validate.check_epsilon(self.epsilon))
         if self.queries is not None:
-            _validate.check_int("queries", self.queries, minimum=1)
+            _validate.check_int("queries", self.queries, minimum=1,
+                                maximum=limits.MAX_QUERIES)
         _validate.check_probability("query_share", self.query_share, open_low=True,
                                     open_high=True)
         _validate.check_positive("noise_scale", self.noise_scale)
@@ -257,7 +259,7 @@ class DgdConfig:
             object.__setattr__(self, "dp_sgd", dataclasses.replace(self.dp_sgd,
                                                                    delta=self.delta))
         _validate.check_int("min_shard", self.min_shard, minimum=1)
-        _validate.check_int("synthetic", self.synthetic, minimum=3)
+        _validate.check_int("synthetic", self.synthetic, minimum=3, maximum=limits.MAX_SYNTHETIC)
         if self.queries is not None and self.synthetic < self.queries + 2:
             raise ValueError(f"synthetic must be >= queries + 2 = {self.queries + 2} (the "
                              f"queries are drawn from the synthetic set); got "
@@ -271,7 +273,7 @@ class DgdConfig:
                     "their noisy VAE codes, so the student must see reconstructions from those "
                     "codes: set student.unlabelled_input='reconstruction' (--unlabelled-input "
                     f"reconstruction); got {self.student.unlabelled_input.value!r}")
-        _validate.check_int("seed", self.seed, minimum=0)
+        _validate.check_int("seed", self.seed, minimum=0, maximum=limits.MAX_SEED)
 
     @property
     def active_baseline(self) -> TeacherConfig:

@@ -8,6 +8,7 @@ from typing import Any
 
 from dpkd_audit import _validate
 from dpkd_audit.data import DatasetName
+from dpkd_audit.pipelines import limits
 from dpkd_audit.pipelines.common.config import Preset, parse_enum, plain
 from dpkd_audit.pipelines.common.distill import DistillConfig
 from dpkd_audit.pipelines.common.dp_statistics import StatisticsConfig
@@ -114,8 +115,9 @@ class DpdfdConfig:
             label = DEFAULT_LABEL_EPSILON if self.label_epsilon is None else self.label_epsilon
             object.__setattr__(self, "label_epsilon",
                                _validate.check_epsilon(label, "label_epsilon"))
-        _validate.check_int("stages", self.stages, minimum=1)
-        _validate.check_int("stage_size", self.stage_size, minimum=2)
+        _validate.check_int("stages", self.stages, minimum=1, maximum=limits.MAX_STAGES)
+        _validate.check_int("stage_size", self.stage_size, minimum=2,
+                            maximum=limits.MAX_STAGE_SIZE)
         if self.threshold is not None:
             _validate.check_probability("threshold", self.threshold, open_low=True,
                                         open_high=True)
@@ -135,7 +137,7 @@ class DpdfdConfig:
                 f"{self.sound_generator.beta!r}, statistics.epsilon_share="
                 f"{self.statistics.epsilon_share!r}")
         _validate.check_int("generator_finetune_steps", self.generator_finetune_steps, minimum=0)
-        _validate.check_int("seed", self.seed, minimum=0)
+        _validate.check_int("seed", self.seed, minimum=0, maximum=limits.MAX_SEED)
 
     @property
     def labels(self) -> int:

@@ -8,6 +8,7 @@ from typing import Any
 
 from dpkd_audit import _validate
 from dpkd_audit.data import DatasetName
+from dpkd_audit.pipelines import limits
 from dpkd_audit.pipelines.common.config import Preset, parse_enum, plain
 from dpkd_audit.pipelines.common.encoder import EncoderConfig
 from dpkd_audit.pipelines.common.manifold import ManifoldConfig
@@ -157,7 +158,7 @@ class RknnConfig:
             raise ValueError(f"delta must be 0 for mode={self.mode.value!r} (a pure "
                              f"epsilon-DP release); got {delta!r}")
         object.__setattr__(self, "delta", delta)
-        _validate.check_int("clusters", self.clusters, minimum=2)
+        _validate.check_int("clusters", self.clusters, minimum=2, maximum=limits.MAX_CLUSTERS)
         if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
             raise ValueError(f"k must be an integer >= 1; got {self.k!r}")
         if self.k > self.clusters:
@@ -178,11 +179,13 @@ class RknnConfig:
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"{name} must be a {kind.__name__}; got "
                                  f"{type(getattr(self, name)).__name__}")
-        _validate.check_int("self_training_rounds", self.self_training_rounds, minimum=0)
+        _validate.check_int("self_training_rounds", self.self_training_rounds, minimum=0,
+                            maximum=limits.MAX_ROUNDS)
         if self.public_size is not None:
-            _validate.check_int("public_size", self.public_size, minimum=1)
-        _validate.check_int("split_seed", self.split_seed, minimum=0)
-        _validate.check_int("seed", self.seed, minimum=0)
+            _validate.check_int("public_size", self.public_size, minimum=1,
+                                maximum=limits.MAX_PUBLIC_SIZE)
+        _validate.check_int("split_seed", self.split_seed, minimum=0, maximum=limits.MAX_SEED)
+        _validate.check_int("seed", self.seed, minimum=0, maximum=limits.MAX_SEED)
 
     @classmethod
     def small(cls, **overrides: Any) -> RknnConfig:
