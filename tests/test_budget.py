@@ -99,3 +99,20 @@ def test_a_budget_never_prints_zero_or_a_traceback_at_extreme_parameters(capsys)
     for k in (2, 10, 10**6, 10**9):
         p = rr_noise_parameter(1.0, k)
         assert 1.0 <= _rr_event_guarantee(p, k) <= 1.0 + 1e-6
+
+
+def test_the_tightest_valid_answer_is_named():
+    from dpkd_audit.accountants.budget import tightest
+
+    evaluation = budget_table(Plan(kind=PlanKind.LAPLACE_NOISY_MAX, noise=40.0, queries=1300),
+                              delta=1e-5)
+    best = tightest(evaluation)
+    finite = [r.epsilon for r in evaluation if r.epsilon is not None]
+    assert best is not None and best.epsilon == min(finite)
+    noise = Plan(kind=PlanKind.GAUSSIAN, noise=None, queries=100)
+    rows = solve(noise, target_epsilon=1.0, delta=1e-5)
+    assert tightest(rows, noise).solved == min(r.solved for r in rows if r.solved is not None)
+    count = Plan(kind=PlanKind.LAPLACE, noise=2.0, queries=None)
+    rows = solve(count, target_epsilon=5.0, delta=1e-5)
+    assert tightest(rows, count).solved == max(r.solved for r in rows if r.solved is not None)
+    assert tightest([]) is None

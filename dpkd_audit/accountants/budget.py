@@ -29,7 +29,12 @@ from dpkd_audit.accountants.advanced import (
     AdvancedCompositionAccountant,
     OptimalCompositionAccountant,
 )
-from dpkd_audit.accountants.base import Accountant, NeighboringRelation, UnsupportedEventError
+from dpkd_audit.accountants.base import (
+    Accountant,
+    BoundKind,
+    NeighboringRelation,
+    UnsupportedEventError,
+)
 from dpkd_audit.accountants.dp_sgd import DpSgdSchedule
 from dpkd_audit.accountants.dp_sgd_sampling import (
     RELATIONS,
@@ -245,6 +250,29 @@ class BudgetRow:
     epsilon: float | None
     note: str = ""
     solved: float | None = None
+
+
+def tightest(rows: Sequence[BudgetRow], plan: Plan | None = None) -> BudgetRow | None:
+    """The row with the tightest valid answer: what a user can claim from the table.
+
+    Every accountant's upper bound is valid, so for an evaluation the smallest finite one is;
+    for an inverse (``plan`` with its noise or count missing), the least noise (the largest
+    local epsilon, or the most queries / epochs) among the rows that solved it.
+
+    Args:
+        rows: Rows of :func:`budget_table`, :func:`mixed_budget_table` or :func:`solve`.
+        plan: The plan :func:`solve` solved, or None for an evaluation.
+
+    Returns:
+        That row, or None when no row has a finite upper bound.
+    """
+    valid = [r for r in rows if r.epsilon is not None and math.isfinite(r.epsilon)
+             and r.kind == BoundKind.UPPER_BOUND.value]
+    if plan is None or (plan.noise is not None and plan.queries is not None):
+        return min(valid, key=lambda r: r.epsilon, default=None)
+    valid = [r for r in valid if r.solved is not None]
+    larger = plan.noise is not None or plan.kind in _EPSILON_PARAMETER
+    return (max if larger else min)(valid, key=lambda r: r.solved, default=None)
 
 
 class _NotApplicableError(Exception):

@@ -210,7 +210,7 @@ def _mixed_plans(path: str) -> list[Any]:
 
 
 def _budget_mixed(args: argparse.Namespace) -> int:
-    from dpkd_audit.accountants.budget import mixed_budget_table
+    from dpkd_audit.accountants.budget import mixed_budget_table, tightest
 
     if args.mechanism is not None:
         raise ValueError("--plan FILE holds the releases: give no MECHANISM with it")
@@ -225,7 +225,8 @@ def _budget_mixed(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"plan": args.plan, "releases": [
             {"mechanism": p.kind.value, "noise": p.noise, "queries": p.queries} for p in plans],
-            "delta": args.delta, "rows": [dataclasses.asdict(r) for r in rows]}, indent=2))
+            "delta": args.delta, "rows": [dataclasses.asdict(r) for r in rows],
+            "tightest": _row_name(tightest(rows))}, indent=2))
         return 0
     print(f"plan: {len(plans)} releases composed ("
           + "; ".join(f"{p.kind.value} noise={p.noise:g} x {p.queries}" for p in plans)
@@ -234,11 +235,33 @@ def _budget_mixed(args: argparse.Namespace) -> int:
                                                 else f"{r.epsilon:.6g}")
               + (f"  ({r.note})" if r.note else "")] for r in rows]
     print(_table(["accountant", "method", "bound", "epsilon"], table))
+    print(_tightest_line(tightest(rows)))
     return 0
 
 
+def _row_name(row: Any) -> str | None:
+    return None if row is None else row.accountant
+
+
+def _tightest_line(row: Any, solved: str | None = None) -> str:
+    """The line under a budget table naming the tightest valid answer."""
+    if row is None:
+        return "tightest valid bound: none is finite"
+    if solved is None:
+        return f"tightest valid bound: epsilon {row.epsilon:.6g} ({row.accountant})"
+    return (f"tightest valid answer: {solved} {row.solved:.6g} at epsilon {row.epsilon:.6g} "
+            f"({row.accountant})")
+
+
 def _budget(args: argparse.Namespace) -> int:
-    from dpkd_audit.accountants.budget import NOISE_MEANING, Plan, PlanKind, budget_table, solve
+    from dpkd_audit.accountants.budget import (
+        NOISE_MEANING,
+        Plan,
+        PlanKind,
+        budget_table,
+        solve,
+        tightest,
+    )
 
     if args.plan is not None:
         return _budget_mixed(args)
@@ -288,7 +311,8 @@ def _budget(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({
             "plan": plan_record, "delta": args.delta, "target_epsilon": args.target_epsilon,
-            "solved": solved_name, "rows": [dataclasses.asdict(r) for r in rows]}, indent=2))
+            "solved": solved_name, "rows": [dataclasses.asdict(r) for r in rows],
+            "tightest": _row_name(tightest(rows, plan if solved_name else None))}, indent=2))
         return 0
     what = (f"{kind.value}, noise={args.noise if args.noise is not None else '?'} "
             f"({NOISE_MEANING[kind]}), {count}="
@@ -313,6 +337,7 @@ def _budget(args: argparse.Namespace) -> int:
             line[-1] += f"  ({r.note})"
         table.append(line)
     print(_table(headers, table))
+    print(_tightest_line(tightest(rows, plan if solved_name else None), solved_name))
     return 0
 
 
