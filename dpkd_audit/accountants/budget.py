@@ -502,14 +502,22 @@ def _solve_noise(factory: Callable[..., Accountant], plan: Plan, target_epsilon:
         return _compose(factory, plan, 1.0 / t if invert else t, queries, delta)
 
     build(upper)  # raises UnsupportedEventError / _NotApplicableError early
-    if hint is not None and not invert and lower < hint < upper:
-        start = hint * (1.0 + 1e-3)
-        if float(build(start).get_epsilon(delta)) <= target_epsilon:
-            upper = start
     try:
-        t = calibration.calibrate_noise(build, target_epsilon=target_epsilon,
-                                        target_delta=delta, lower=lower, upper=upper,
-                                        rtol=1e-5)
+        t = None
+        if hint is not None and not invert and lower < hint / 2.0 and hint < upper:
+            start = hint * (1.0 + 1e-3)
+            if float(build(start).get_epsilon(delta)) <= target_epsilon:
+                # searched in [hint / 2, start]; an answer at the lower end means the least
+                # noise may lie below it: then the whole range is searched
+                t = calibration.calibrate_noise(build, target_epsilon=target_epsilon,
+                                                target_delta=delta, lower=hint / 2.0,
+                                                upper=start, rtol=1e-5)
+                if t <= hint / 2.0:
+                    t = None
+        if t is None:
+            t = calibration.calibrate_noise(build, target_epsilon=target_epsilon,
+                                            target_delta=delta, lower=lower, upper=upper,
+                                            rtol=1e-5)
     except calibration.CalibrationError:
         what = (f"no local epsilon >= {LOCAL_EPSILON_RANGE[0]:g}" if invert
                 else f"no noise <= {NOISE_RANGE[1]:g}")

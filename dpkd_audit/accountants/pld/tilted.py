@@ -52,14 +52,14 @@ from dp_accounting.pld import pld_pmf
 from scipy import fft as sp_fft
 from scipy import special
 
-__all__ = ["LossTable", "Release", "pmf_arrays", "tilted_table", "zcdp_g"]
+__all__ = ["LAMBDA_MIN", "LossTable", "Release", "pmf_arrays", "tilted_table", "zcdp_g"]
 
 #: Tilted mass dropped from each end after each convolution (the dropped total is bounded
 #: and added to every delta, so this only trades width for a negligible slack).
 _TAU = 1e-13
 
-#: Tilts are searched in [_LAMBDA_MIN, _LAMBDA_MAX] (Renyi orders 1 + lambda).
-_LAMBDA_MIN, _LAMBDA_MAX = 1e-6, 1e5
+#: Tilts are searched in [LAMBDA_MIN, _LAMBDA_MAX] (Renyi orders 1 + lambda).
+LAMBDA_MIN, _LAMBDA_MAX = 1e-6, 1e5
 
 #: Log-probability below which a composed loss is moved to +inf (see :func:`tilted_table`).
 _LOG_FAINT = math.log(1e-30)
@@ -137,7 +137,7 @@ def chernoff_tilt(releases: Sequence[Release], interval: float, rho: float,
         lam = math.exp(u)
         return (cumulant(releases, lam, interval, rho) - log_delta) / lam
 
-    res = optimize.minimize_scalar(bound, bounds=(math.log(_LAMBDA_MIN), math.log(_LAMBDA_MAX)),
+    res = optimize.minimize_scalar(bound, bounds=(math.log(LAMBDA_MIN), math.log(_LAMBDA_MAX)),
                                    method="bounded", options={"xatol": 1e-4})
     return math.exp(float(res.x)), float(res.fun)
 
@@ -149,9 +149,9 @@ def tilt_for_mean(releases: Sequence[Release], interval: float, rho: float,
         return math.fsum(r.count * _tilted_mean(r, lam, interval) for r in releases) + (
             (2.0 * lam + 1.0) * rho)
 
-    lo, hi = math.log(_LAMBDA_MIN), math.log(_LAMBDA_MAX)
+    lo, hi = math.log(LAMBDA_MIN), math.log(_LAMBDA_MAX)
     if mean(math.exp(lo)) >= target:
-        return _LAMBDA_MIN
+        return LAMBDA_MIN
     if mean(math.exp(hi)) <= target:
         return _LAMBDA_MAX
     for _ in range(36):  # log-lambda to ~4e-10: any tilt is valid, this one only tightens
@@ -236,6 +236,10 @@ class LossTable:
         log_lower = np.concatenate([np.logaddexp.accumulate(log_terms[::-1])[::-1],
                                     [-np.inf]])
         return upper, log_lower
+
+    def dropped_bound(self, epsilon: float) -> float:
+        """The bound on the dropped tails' share of delta at ``epsilon`` (added to it)."""
+        return self._extra(epsilon)
 
     def _extra(self, epsilon: float) -> float:
         if self.dropped_mass <= 0.0:
