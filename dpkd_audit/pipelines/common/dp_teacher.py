@@ -91,10 +91,10 @@ class DpSgdPlan:
         target_epsilon: The target record-level epsilon at ``delta``.
         delta: Target delta.
         epsilon_rdp: The plan's epsilon by RDP (<= target), ``also`` included.
-        epsilon_pld: The same by PLD (tighter; shown beside); ``inf`` when an ``also`` event has
-            no PLD of its own and its declared (epsilon, delta) uses the whole ``delta`` (the
-            float-safe Gaussian's vector release, ``DiscreteGaussianVectorDpEvent``): records
-            then hold ``None`` (:func:`finite_or_none`).
+        epsilon_pld: The same by PLD (tighter; shown beside). The float-safe Gaussian's
+            vector release (``DiscreteGaussianVectorDpEvent``) has no PLD of its own and enters
+            through its zCDP bound; records hold ``None`` where the figure is not finite
+            (:func:`finite_or_none`).
         event: The DP-SGD event charged before training.
         also: The other events of the run the calibration left room for.
     """
