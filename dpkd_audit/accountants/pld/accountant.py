@@ -643,17 +643,28 @@ class PLDAccountant(Accountant):
         return interval, directions
 
     def _tilted_epsilon(self, delta: float) -> float:
-        """Epsilon at ``delta`` from the tilted composition (the larger over directions)."""
+        """Epsilon at ``delta`` from the tilted composition (the larger over directions).
+
+        A direction whose Chernoff bound (an upper bound on its epsilon) is already below
+        another direction's answer is not composed.
+        """
         interval, directions = self._releases()
         rho = self._zcdp_rho()
-        worst = 0.0
+        bounds = []
         for releases in directions:
             survival = math.fsum(r.count * math.log1p(-r.infinity_mass) if r.infinity_mass < 1
                                  else -math.inf for r in releases)
             residual = delta + math.expm1(survival)  # delta minus the +inf mass
             if residual <= 0.0:
                 return math.inf
-            worst = max(worst, _tilted_epsilon_one(releases, interval, rho, delta, residual))
+            bounds.append((chernoff_tilt(releases, interval, rho, math.log(residual)),
+                           releases))
+        worst = 0.0
+        for (lam, chernoff), releases in sorted(bounds, key=lambda b: -b[0][1]):
+            if chernoff <= worst:
+                break
+            worst = max(worst, _tilted_epsilon_one(releases, interval, rho, delta, lam,
+                                                   chernoff))
         return worst
 
     def _tilted_delta(self, epsilon: float) -> float:
@@ -776,7 +787,7 @@ _ACCEPTED_DROPPED_SHARE = 1e-3
 
 
 def _tilted_epsilon_one(releases: list[Release], interval: float, rho: float, delta: float,
-                        residual: float) -> float:
+                        lam: float, chernoff: float) -> float:
     """Epsilon at ``delta`` of one direction, from tilts until one's dropped tails are negligible.
 
     Every tilt gives an upper bound; the smallest is returned, as soon as a tilt's bound on
@@ -785,9 +796,9 @@ def _tilted_epsilon_one(releases: list[Release], interval: float, rho: float, de
     standard deviations above the answer: right for small deltas); none (lambda ~ 0, right
     for deltas far above the 1e-13 truncation, e.g. where the Chernoff optimum runs to the
     largest loss of a bounded PLD: 4 Laplace releases at delta 1e-3); the saddle point of the
-    best answer so far (tilted mean at it).
+    best answer so far (tilted mean at it). ``lam`` and ``chernoff``: the Chernoff-optimal
+    tilt and its bound (:func:`.tilted.chernoff_tilt`).
     """
-    lam, chernoff = chernoff_tilt(releases, interval, rho, math.log(residual))
     candidates = [lam] + ([tilted.LAMBDA_MIN] if delta >= 1e-10 else [])
     best = math.inf
     for attempt in range(len(candidates) + 1):
