@@ -181,3 +181,12 @@ def test_a_bounded_pld_at_a_moderate_delta_is_not_loosened_by_its_tilt():
     optimal = float(OptimalCompositionAccountant().compose(dpe.LaplaceDpEvent(2.0), count=4)
                     .get_epsilon(1e-3))
     assert pld <= optimal and abs(pld - 1.98413) < 1e-3
+
+
+def test_zcdp_g_is_never_nan():
+    # alpha = 1 + e^-40 rounded to 1 made log1p(-1/alpha) -inf and 0 * -inf a NaN
+    c = np.sort(np.concatenate([-np.logspace(-3, 6, 60), [0.0], np.logspace(-3, 6, 60)]))
+    for rho in (1e-15, 1e-6, 1.0, 1e4):
+        g = tilted.zcdp_g(c, rho)
+        assert np.all(np.isfinite(g)) and np.all((0 <= g) & (g <= 1))
+        assert np.all(np.diff(g) <= 1e-12)  # decreasing in c

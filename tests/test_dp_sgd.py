@@ -277,3 +277,32 @@ def test_the_noise_opacus_adds_is_the_one_the_ledger_was_charged_for(monkeypatch
     # count here gives > 10^4 draws: the std's relative sd is < 1%; false-failure rate < 1e-6)
     assert noise.numel() > 10_000
     assert float(noise.std()) == pytest.approx(want, rel=0.03)
+
+
+def test_a_sound_run_can_be_calibrated_and_kept_by_pld():
+    from dpkd_audit import Ledger
+    from dpkd_audit.accountants.dp_sgd import DpSgdAccountant
+    from dpkd_audit.pipelines.common.dp_teacher import (
+        DpSgdConfig,
+        check_ledger_accountant,
+        plan_dp_sgd,
+    )
+
+    rdp_config = DpSgdConfig(epochs=2, batch_size=64)
+    pld_config = DpSgdConfig(epochs=2, batch_size=64, accountant="pld")
+    assert pld_config.accountant is DpSgdAccountant.PLD
+    with pytest.raises(ValueError, match="accountant must be one of"):
+        DpSgdConfig(accountant="prv")
+    rdp = plan_dp_sgd(rdp_config, dataset_size=6000, target_epsilon=2.0)
+    pld = plan_dp_sgd(pld_config, dataset_size=6000, target_epsilon=2.0)
+    # each meets the target under its own accountant; PLD's sigma is the smaller
+    assert rdp.epsilon_rdp <= 2.0 * (1 + 1e-9) and pld.epsilon_pld <= 2.0 * (1 + 1e-9)
+    assert pld.noise_multiplier < rdp.noise_multiplier and pld.epsilon_rdp > 2.0
+    ledger = Ledger(epsilon=2.0, delta=1e-5, accountant=DpSgdAccountant.RDP.make())
+    with pytest.raises(ValueError, match="calibrates with PLDAccountant"):
+        check_ledger_accountant(ledger, pld_config)
+    check_ledger_accountant(ledger, rdp_config)
+    kept = Ledger(epsilon=2.0, delta=1e-5, accountant=DpSgdAccountant.PLD.make())
+    check_ledger_accountant(kept, pld_config)
+    kept.charge(pld.event, label="DP-SGD")  # the PLD ledger pays for the PLD plan
+    assert math.isclose(float(kept.spent().epsilon), pld.epsilon_pld, rel_tol=1e-6)

@@ -675,3 +675,25 @@ def test_query_counts_one_per_budget_make_one_annotated_line():
     labels = sorted(line.get_label() for line in ax.lines
                     if line.get_label().startswith("dpdfd"))
     assert labels == ["dpdfd mnist published [Q=200000]", "dpdfd mnist published [Q=40000]"]
+
+
+def test_dpimagebench_is_drawn_beside_the_sound_variants_only():
+    from dpkd_audit.reports import accuracy_figure
+    from dpkd_audit.reports.references import DPIMAGEBENCH_BASELINES, best_benchmark
+
+    sound = [_record(1.0, 0.93, method="dpdfd", mode="sound", epsilon_record_level=1.0,
+                     delta=1e-5)]
+    labels = [t.get_text() for t in accuracy_figure(sound).axes[0].get_legend().get_texts()]
+    assert [label for label in labels if label.startswith("DPImageBench")] == [
+        "DPImageBench, best without public data, mnist (DP-FETA; delta 1.67e-6, best of 3 "
+        "classifiers)"]
+    assert [(b.epsilon, b.test_accuracy) for b in best_benchmark("fashion-mnist")] == [
+        (1.0, 0.817), (10.0, 0.873)]
+    # the benchmark's delta is 1/(N ln N) for its 55,000 training images, each row sourced
+    assert all(abs(b.delta - 1.66575e-6) < 1e-10 and "DPImageBench" in b.source
+               for b in DPIMAGEBENCH_BASELINES)
+    rknn = [_record(1.0, 0.93, method="rknn", mode="central", epsilon_record_level=1.0,
+                    delta=1e-5)]
+    legend = accuracy_figure(rknn).axes[0].get_legend()
+    assert legend is None or not any(t.get_text().startswith("DPImageBench")
+                                     for t in legend.get_texts())

@@ -122,6 +122,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how the student learns from released labels: noise-aware (default; "
                         "forward correction through the known selective-RR channel) or kl "
                         "(the paper's Eq. 3 as written)")
+    p.add_argument("--accountant", choices=["rdp", "pld"],
+                   help="sound mode: the accountant that calibrates the DP-SGD noise and keeps "
+                        "the run's ledger: rdp (default, Opacus's) or pld (tighter: less noise "
+                        "for the same record-level epsilon; a named departure)")
     p.add_argument("--statistics-share", type=fraction,
                    help="sound mode: epsilon of the DP feature-statistics release as a share "
                         "of --epsilon, in [0, 1) (default 0.1; 0: no statistics term)")

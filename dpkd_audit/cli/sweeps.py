@@ -326,14 +326,14 @@ def argv_or_default(argv: list[str] | None) -> list[str]:
 
 
 def apply_generator_arguments(config: Any, args: argparse.Namespace, *, mode: str) -> Any:
-    """``--statistics-share`` and ``--generator-steps`` on a DP-DFD or DGD config.
+    """``--statistics-share``, ``--generator-steps`` and ``--accountant`` on a DP-DFD or DGD config.
 
     Both configs hold ``generator`` (published mode), ``sound_generator`` and ``statistics``
     (the sound mode's DP feature statistics, whose term the sound generator weighs by
     ``beta``: a share of 0 turns both off).
 
     Raises:
-        ValueError: ``--statistics-share`` where no sound run is asked for.
+        ValueError: ``--statistics-share`` or ``--accountant`` where no sound run is asked for.
     """
     replace = dataclasses.replace
     if args.statistics_share is not None:
@@ -349,6 +349,10 @@ def apply_generator_arguments(config: Any, args: argparse.Namespace, *, mode: st
                          generator=replace(config.generator, steps=args.generator_steps),
                          sound_generator=replace(config.sound_generator,
                                                  steps=args.generator_steps))
+    if getattr(args, "accountant", None) is not None:
+        if "sound" not in getattr(args, "modes", [mode]):
+            raise ValueError("--accountant applies to sound runs only")
+        config = replace(config, dp_sgd=replace(config.dp_sgd, accountant=args.accountant))
     return config
 
 

@@ -35,7 +35,12 @@ from dpkd_audit.reports.records import (
     load_records,
     validate_record,
 )
-from dpkd_audit.reports.references import RECORD_LEVEL_BASELINES, PaperReference
+from dpkd_audit.reports.references import (
+    BENCHMARKED_METHODS,
+    RECORD_LEVEL_BASELINES,
+    PaperReference,
+    best_benchmark,
+)
 from dpkd_audit.reports.safe_json import clip
 from dpkd_audit.reports.tables import (
     PARTIAL_SECONDS_MARK,
@@ -356,10 +361,14 @@ def accuracy_figure(records: Sequence[Mapping[str, Any]], *,
 
 
 def _draw_baselines(ax: Any, records: Sequence[Mapping[str, Any]]) -> list[Any]:
-    """Grey diamonds: the best record-level method of each paper's own table, per epsilon.
+    """Record-level reference points: the papers' baselines and DPImageBench's best.
 
-    Drawn for the (method, dataset) pairs that have runs with a finite record-level epsilon
-    (sound variants), from :data:`~dpkd_audit.reports.references.RECORD_LEVEL_BASELINES`.
+    Grey diamonds: the best record-level method of each paper's own table, per epsilon
+    (:data:`~dpkd_audit.reports.references.RECORD_LEVEL_BASELINES`); black crosses:
+    DPImageBench's best method without public data on the dataset
+    (:func:`~dpkd_audit.reports.references.best_benchmark`; for DP-DFD and DGD, whose
+    students see no public data). Drawn for the (method, dataset) pairs that have runs with a
+    finite record-level epsilon (sound variants).
     """
     pairs = sorted({(str(r["method"]), str(r["dataset"])) for r in records
                     if has_finite_record_level(r)})
@@ -381,6 +390,15 @@ def _draw_baselines(ax: Any, records: Sequence[Mapping[str, Any]]) -> list[Any]:
             markeredgecolor="0.35", color="0.35", zorder=4,
             label=f"best record-level method in the {method} paper's table, {dataset} "
                   f"({names})"))
+    for dataset in sorted({d for m, d in pairs if m.lower() in BENCHMARKED_METHODS}):
+        shown = best_benchmark(dataset)
+        if shown:
+            handles.extend(ax.plot(
+                [b.epsilon for b in shown], [100.0 * b.test_accuracy for b in shown],
+                linestyle="none", marker="P", markersize=8, color="0.1", zorder=4,
+                label=f"DPImageBench, best without public data, {dataset} "
+                      f"({', '.join(dict.fromkeys(b.name for b in shown))}; delta 1.67e-6, "
+                      "best of 3 classifiers)"))
     return handles
 
 

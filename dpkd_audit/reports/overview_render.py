@@ -31,7 +31,11 @@ from dpkd_audit.reports.overview import (
     provenance_table,
     series_of,
 )
-from dpkd_audit.reports.references import RECORD_LEVEL_BASELINES
+from dpkd_audit.reports.references import (
+    BENCHMARKED_METHODS,
+    RECORD_LEVEL_BASELINES,
+    best_benchmark,
+)
 from dpkd_audit.reports.safe_json import clip, safe_file_part
 
 __all__ = ["Block", "ReportFiles", "accuracy_panels", "build_report", "render_html",
@@ -189,6 +193,15 @@ def _draw_accuracy_row(left: Any, right: Any, chosen: Sequence[Series], dataset:
                       if n == 0 and legend else None)
         right.annotate(b.name, (b.epsilon, 100 * b.test_accuracy), fontsize=8,
                        color="tab:gray", xytext=(4, -10), textcoords="offset points")
+    if any(s.method in BENCHMARKED_METHODS and math.isfinite(p.epsilon_record_level)
+           for s in chosen for p in s.points):
+        for n, b in enumerate(best_benchmark(dataset)):
+            right.scatter([b.epsilon], [100 * b.test_accuracy], marker="P", s=60,
+                          color="black", zorder=4,
+                          label="DPImageBench, best without public data (delta 1.67e-6)"
+                          if n == 0 and legend else None)
+            right.annotate(b.name, (b.epsilon, 100 * b.test_accuracy), fontsize=8,
+                           color="black", xytext=(4, 4), textcoords="offset points")
 
 
 def _save(fig: Any, path: Path) -> Path:

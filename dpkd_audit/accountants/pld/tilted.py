@@ -344,8 +344,12 @@ def zcdp_g(c: np.ndarray, rho: float) -> np.ndarray:
         neg = slope < 0.0
         lo = np.where(neg, mid, lo)
         hi = np.where(neg, hi, mid)
-    a = 1.0 + np.exp(hi)
-    log_bound = (a - 1.0) * (a * rho - c) + (a - 1.0) * np.log1p(-1.0 / a) - np.log(a)
+    # alpha = 1 + t with t = e^u: alpha - 1 = t and log(1 - 1/alpha) = u - log(1 + t) exactly
+    # (1 + e^-40 rounds to 1, where log1p(-1/alpha) is -inf and 0 * -inf a NaN)
+    t = np.exp(hi)
+    with np.errstate(over="ignore", invalid="ignore"):
+        log_bound = t * ((1.0 + t) * rho - c) + t * (hi - np.log1p(t)) - np.log1p(t)
+    log_bound = np.where(np.isnan(log_bound), 0.0, log_bound)  # unknown: the trivial g <= 1
     return np.exp(np.minimum(log_bound, 0.0))
 
 

@@ -36,6 +36,7 @@ from dpkd_audit.accountants.dp_sgd import (
 from dpkd_audit.devices import resolve_device
 from dpkd_audit.ledger import Ledger
 from dpkd_audit.pipelines import limits
+from dpkd_audit.pipelines.common.config import parse_enum
 from dpkd_audit.pipelines.common.progress import progress_counter
 from dpkd_audit.pipelines.common.teacher import TeacherConfig, build_teacher
 from dpkd_audit.training_audit.canaries import (
@@ -61,6 +62,10 @@ class DpSgdConfig:
         learning_rate: SGD learning rate (> 0).
         momentum: SGD momentum in [0, 1).
         delta: Target delta in (0, 1); 1e-5 by default (below 1 / N for MNIST).
+        accountant: The accountant that calibrates sigma and keeps a sound run's ledger (both
+            under add/remove-one). ``RDP`` (default, Opacus's): the committed records' choice.
+            ``PLD``: tighter, so the same record-level epsilon buys less noise (a departure
+            from the papers' and Opacus's RDP accounting, named here; issue 66).
     """
 
     epochs: int = 15
@@ -69,8 +74,11 @@ class DpSgdConfig:
     learning_rate: float = 2.0
     momentum: float = 0.0
     delta: float = 1e-5
+    accountant: DpSgdAccountant = DpSgdAccountant.RDP
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "accountant",
+                           parse_enum(DpSgdAccountant, "accountant", self.accountant))
         _validate.check_int("epochs", self.epochs, minimum=1, maximum=limits.MAX_EPOCHS)
         _validate.check_int("batch_size", self.batch_size, minimum=1)
         _validate.check_positive("max_grad_norm", self.max_grad_norm)
@@ -87,7 +95,7 @@ class DpSgdPlan:
         schedule: Dataset size and expected batch size (Opacus's schedule).
         epochs: Epochs.
         steps: Noisy steps.
-        noise_multiplier: sigma, the smallest that meets the target by RDP.
+        noise_multiplier: sigma, the smallest that meets the target by the config's accountant.
         target_epsilon: The target record-level epsilon at ``delta``.
         delta: Target delta.
         epsilon_rdp: The plan's epsilon by RDP (<= target), ``also`` included.
@@ -116,6 +124,21 @@ def finite_or_none(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def check_ledger_accountant(ledger: Ledger, config: DpSgdConfig) -> None:
+    """Refuse a ledger whose accountant is not the one ``config`` calibrates with.
+
+    A plan calibrated by PLD uses the budget as PLD prices it; a ledger keeping it by RDP
+    would refuse the charge with a bare overspend. Named before any work instead.
+    """
+    kept = ledger.identity.accountant.get("class")
+    wanted = type(config.accountant.make()).__name__
+    if kept != wanted:
+        raise ValueError(
+            f"dp_sgd.accountant={config.accountant.value!r} calibrates with {wanted}, but the "
+            f"ledger keeps its budget with {kept}: open the ledger with {wanted} (the "
+            "pipeline's ledger_for(config) does) or set dp_sgd.accountant to match")
+
+
 def plan_dp_sgd(config: DpSgdConfig, *, dataset_size: int, target_epsilon: float,
                 also: Sequence[_dp.DpEvent] = ()) -> DpSgdPlan:
     """Calibrate sigma so that the run (with ``also``) is ``target_epsilon``-DP at ``config.delta``.
@@ -125,7 +148,7 @@ def plan_dp_sgd(config: DpSgdConfig, *, dataset_size: int, target_epsilon: float
         dataset_size: N, the private set's size (public, as in Opacus's accounting).
         target_epsilon: The record-level target of everything the plan covers.
         also: Other releases on the same records charged to the same ledger (their cost is
-            fixed; DP-SGD's noise takes the rest of the budget, by RDP).
+            fixed; DP-SGD's noise takes the rest of the budget, by ``config.accountant``).
 
     Raises:
         ValueError: For a bad target, a batch larger than the dataset, or a target no sigma up
@@ -141,7 +164,8 @@ def plan_dp_sgd(config: DpSgdConfig, *, dataset_size: int, target_epsilon: float
     also = tuple(also)
     schedule = DpSgdSchedule(dataset_size=dataset_size, batch_size=config.batch_size)
     sigma = calibrate_dp_sgd_noise(schedule, epochs=config.epochs,
-                                   target_epsilon=target_epsilon, delta=config.delta, also=also)
+                                   target_epsilon=target_epsilon, delta=config.delta, also=also,
+                                   accountant=config.accountant)
     event = schedule.event(sigma, config.epochs)
     epsilons = {}
     for kind in DpSgdAccountant:

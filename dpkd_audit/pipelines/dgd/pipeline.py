@@ -67,7 +67,6 @@ from dpkd_audit import _validate
 from dpkd_audit.accountants import PATEAccountant, PureAccountant
 from dpkd_audit.accountants.advanced import dgd_published_epsilon
 from dpkd_audit.accountants.base import NeighboringRelation
-from dpkd_audit.accountants.rdp import RDPAccountant
 from dpkd_audit.devices import describe_device, resolve_device
 from dpkd_audit.errors import BudgetExceededError
 from dpkd_audit.events import event_to_json
@@ -84,6 +83,7 @@ from dpkd_audit.pipelines.common.dp_statistics import (
 from dpkd_audit.pipelines.common.dp_teacher import (
     DpSgdAccountant,
     DpSgdPlan,
+    check_ledger_accountant,
     finite_or_none,
     plan_dp_sgd,
 )
@@ -205,19 +205,21 @@ def _queries_event(config: DgdConfig, num_classes: int, queries: int) -> _dp.DpE
 
 
 def queries_epsilon(config: DgdConfig, num_classes: int, queries: int,
-                    accountant: DpSgdAccountant = DpSgdAccountant.RDP) -> float:
+                    accountant: DpSgdAccountant | None = None) -> float:
     """Data-independent epsilon at ``config.delta`` of ``queries`` LNMax queries (add/remove).
+
+    ``accountant``: RDP or PLD; by default the one of the run (``config.dp_sgd.accountant``).
 
     Under add/remove-one neighbours with hash shards one record changes one teacher's vote, so
     the vote histogram's L1 sensitivity is 2, as under replace-one (PATE 2017, Sec. 3.1).
     """
-    instance = accountant.make()
+    instance = (config.dp_sgd.accountant if accountant is None else accountant).make()
     instance.compose(_queries_event(config, num_classes, queries))
     return float(instance.get_epsilon(config.delta))
 
 
 def _most_queries(config: DgdConfig, num_classes: int, budget: float) -> int:
-    """The largest Q whose RDP epsilon is <= ``budget`` (0 if none)."""
+    """The largest Q whose epsilon (the run's accountant) is <= ``budget`` (0 if none)."""
     low, high = 0, 1
     while queries_epsilon(config, num_classes, high) <= budget:
         low, high = high, high * 2
@@ -296,11 +298,13 @@ def check_run(config: DgdConfig, ledger: Ledger, *, num_private: int, num_classe
             raise ValueError(
                 f"queries={queries} LNMax queries at noise_scale={config.noise_scale:g} alone "
                 f"cost epsilon {cost:.4g} >= the record-level target epsilon={target:g} at "
-                f"delta={config.delta:g} (RDP), leaving nothing for the DP baseline: lower "
-                "queries (--queries), raise noise_scale (--noise-scale) or epsilon")
+                f"delta={config.delta:g} ({config.dp_sgd.accountant.name}), leaving nothing "
+                "for the DP baseline: lower queries (--queries), raise noise_scale "
+                "(--noise-scale) or epsilon")
     if ledger.identity.neighboring_relation != NeighboringRelation.ADD_OR_REMOVE_ONE.name:
         raise ValueError("ledger must account under add/remove-one neighbours for DP-SGD "
                          "(Opacus's convention); use dgd.ledger_for(config)")
+    check_ledger_accountant(ledger, config.dp_sgd)
     statistics = statistics_release(config, image_shape)
     also = (() if statistics is None else (statistics.event,)) \
         + (_queries_event(config, num_classes, queries),)
@@ -315,15 +319,13 @@ def ledger_for(config: DgdConfig, *, path: str | os.PathLike | None = None) -> L
     """A ledger that fits the mode.
 
     ``published``: unbounded (``epsilon=inf``) with basic composition, recording the
-    ``NonPrivateDpEvent`` and every query. ``sound``: budget ``(epsilon, delta)`` with the RDP
-    accountant under add/remove-one neighbours.
+    ``NonPrivateDpEvent`` and every query. ``sound``: budget ``(epsilon, delta)`` with
+    ``config.dp_sgd.accountant`` (RDP by default) under add/remove-one neighbours.
     """
     if config.mode is DgdMode.PUBLISHED:
         return Ledger(epsilon=math.inf, unbounded=True, accountant=PureAccountant(), path=path)
     return Ledger(epsilon=float(config.epsilon), delta=config.delta,
-                  accountant=RDPAccountant(
-                      neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE),
-                  path=path)
+                  accountant=config.dp_sgd.accountant.make(), path=path)
 
 
 def label_rng(config: DgdConfig) -> np.random.Generator:
@@ -776,7 +778,8 @@ def run(config: DgdConfig, *, ledger: Ledger, rng: np.random.Generator,
         label_baseline_agreement=float(np.mean(labels == baseline_labels)),
         labels_used=int(kept.shape[0]),
         epsilon=epsilon, epsilon_published=published,
-        epsilon_queries_rdp=queries_epsilon(config, num_classes, queries),
+        epsilon_queries_rdp=queries_epsilon(config, num_classes, queries,
+                                            DpSgdAccountant.RDP),
         epsilon_queries_pld=queries_epsilon(config, num_classes, queries,
                                             DpSgdAccountant.PLD),
         epsilon_data_dependent=epsilon_dd, epsilon_record_level=record_level,

@@ -54,7 +54,6 @@ from torch import nn
 from dpkd_audit import _validate
 from dpkd_audit.accountants import PureAccountant
 from dpkd_audit.accountants.base import NeighboringRelation
-from dpkd_audit.accountants.rdp import RDPAccountant
 from dpkd_audit.devices import describe_device, resolve_device
 from dpkd_audit.errors import BudgetExceededError
 from dpkd_audit.events import event_to_json
@@ -75,7 +74,12 @@ from dpkd_audit.pipelines.common.dp_statistics import (
     statistics_mechanism,
     statistics_record,
 )
-from dpkd_audit.pipelines.common.dp_teacher import DpSgdPlan, finite_or_none, plan_dp_sgd
+from dpkd_audit.pipelines.common.dp_teacher import (
+    DpSgdPlan,
+    check_ledger_accountant,
+    finite_or_none,
+    plan_dp_sgd,
+)
 from dpkd_audit.pipelines.common.generator import (
     GeneratorResult,
     GeneratorTrainer,
@@ -183,14 +187,13 @@ def ledger_for(config: DpdfdConfig, *, path: str | os.PathLike | None = None) ->
 
     ``published``: an unbounded ledger (``epsilon=inf``) with basic composition, which records
     the ``NonPrivateDpEvent`` and every label. ``sound``: budget ``(epsilon, dp_sgd.delta)``
-    with the RDP accountant under add/remove-one neighbours (Opacus's convention).
+    with ``config.dp_sgd.accountant`` (RDP, Opacus's, by default) under add/remove-one
+    neighbours (Opacus's convention).
     """
     if config.mode is DpdfdMode.PUBLISHED:
         return Ledger(epsilon=math.inf, unbounded=True, accountant=PureAccountant(), path=path)
     return Ledger(epsilon=config.epsilon, delta=config.delta,
-                  accountant=RDPAccountant(
-                      neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE),
-                  path=path)
+                  accountant=config.dp_sgd.accountant.make(), path=path)
 
 
 def statistics_release(config: DpdfdConfig, image_shape: tuple[int, int]) -> Gaussian | None:
@@ -254,6 +257,7 @@ def check_run(config: DpdfdConfig, ledger: Ledger, *, num_private: int, num_clas
     if ledger.identity.neighboring_relation != NeighboringRelation.ADD_OR_REMOVE_ONE.name:
         raise ValueError("ledger must account under add/remove-one neighbours for DP-SGD "
                          "(Opacus's convention); use dpdfd.ledger_for(config)")
+    check_ledger_accountant(ledger, config.dp_sgd)
     ledger.check([plan.event, *plan.also], label="DP-SGD teacher and feature statistics")
     return plan
 
