@@ -10,7 +10,7 @@ printed. Only the baseline is trained: the later stages are post-processing of i
 the queries, which both calibrations leave alike.
 
 Usage: python benchmarks/sound_calibration_accountant.py [--dataset digits] [--epsilons 2 4 8]
-       [--seeds 3]
+       [--seeds 3] [--accountants rdp pld] [--data-dir DIR]
 """
 
 from __future__ import annotations
@@ -33,10 +33,14 @@ def main() -> None:
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--epsilons", type=float, nargs="+", default=[2.0, 4.0, 8.0])
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--accountants", nargs="+", choices=[a.value for a in DpSgdAccountant],
+                        default=[a.value for a in DpSgdAccountant],
+                        help="which calibrations to train (one per process runs them side by "
+                             "side)")
     args = parser.parse_args()
     data = None
     for epsilon in args.epsilons:
-        for accountant in DpSgdAccountant:
+        for accountant in map(DpSgdAccountant, args.accountants):
             base = DgdConfig.small(dataset=args.dataset, mode="sound", epsilon=epsilon)
             config = dataclasses.replace(
                 base, dp_sgd=dataclasses.replace(base.dp_sgd, accountant=accountant))
