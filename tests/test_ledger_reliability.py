@@ -20,6 +20,7 @@ import time
 import attr
 import pytest
 from dp_accounting import dp_event as _dp
+from ledger_helpers import rewrite_unkeyed
 
 from dpkd_audit import Ledger
 from dpkd_audit.errors import LedgerAccessError, LedgerCorruptError, LedgerKeyError
@@ -27,7 +28,6 @@ from dpkd_audit.events import DeclaredGuarantee, PureDpEvent, validate_event
 from dpkd_audit.ledger import core as ledger_core
 from dpkd_audit.ledger import witness as ledger_witness
 from dpkd_audit.ledger.chain import Chain
-from dpkd_audit.ledger.store import SCHEMA
 from dpkd_audit.ledger.witness import WITNESS_DIR_ENV, witness_dir, witness_path, write_witness
 
 KEY = b"r" * 32
@@ -80,29 +80,16 @@ def _witnessed(path):
     return by_path, by_id
 
 
-def _rewrite_unkeyed(path, *, new_id=None):
-    """Rewrite the file in place as an unkeyed ledger with a valid SHA-256 chain (anyone can)."""
-    plain = Chain(None)
-    conn = sqlite3.connect(path)
-    meta = dict(conn.execute("SELECT key, value FROM meta"))
-    meta["mac"], meta["key_check"] = plain.algorithm, plain.key_check()
-    if new_id is not None:
-        meta["ledger_id"] = new_id
-    for key in ("mac", "key_check", "ledger_id"):
-        conn.execute("UPDATE meta SET value = ? WHERE key = ?", (meta[key], key))
-    genesis = digest = plain.genesis(meta, SCHEMA)
-    rows = conn.execute("SELECT seq, label, event, created, pid FROM charges "
-                        "ORDER BY seq").fetchall()
-    for seq, label, event, created, pid in rows:
-        digest = plain.charge(digest, seq, label, event, created, pid)
-        conn.execute("UPDATE charges SET digest = ? WHERE seq = ?", (digest, seq))
-    conn.execute("UPDATE head SET count = ?, digest = ?, genesis = ?, tag = ? WHERE id = 1",
-                 (len(rows), digest, genesis, plain.head(len(rows), digest, genesis)))
-    conn.commit()
-    conn.close()
-
-
 # ------------------------------------------------------------------ 1: only forward
+
+
+def _run_all(processes):
+    """Start the processes, wait (90 s each) and require each to have exited cleanly."""
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(90)
+        assert process.exitcode == 0
 
 
 def _late_opener(path, opened, charged):
@@ -136,11 +123,7 @@ def test_a_late_opener_never_moves_the_witness_back(tmp_path):
     opened, charged = FORK.Event(), FORK.Event()
     processes = [FORK.Process(target=_late_opener, args=(path, opened, charged)),
                  FORK.Process(target=_charger, args=(path, opened, charged, 4))]
-    for process in processes:
-        process.start()
-    for process in processes:
-        process.join(90)
-        assert process.exitcode == 0
+    _run_all(processes)
     assert _count(path) == 6
     assert _witnessed(path) == (6, 6)  # was (2, -): the late opener's state replaced it
     _put_back(path, early)
@@ -172,11 +155,7 @@ def test_a_witness_write_is_compared_and_advanced_under_the_folder_lock(tmp_path
     replacing, charged = FORK.Event(), FORK.Event()
     processes = [FORK.Process(target=_slow_witness_writer, args=(path, replacing, charged)),
                  FORK.Process(target=_charger, args=(path, replacing, charged, 4))]
-    for process in processes:
-        process.start()
-    for process in processes:
-        process.join(90)
-        assert process.exitcode == 0
+    _run_all(processes)
     assert _count(path) == 7
     assert _witnessed(path) == (7, 7)
 
@@ -316,7 +295,7 @@ def test_a_stripped_mac_under_a_new_id_is_refused_through_a_hard_link(tmp_path):
     path, alias = tmp_path / "l.sqlite", tmp_path / "alias.sqlite"
     _keyed(path)
     os.link(path, alias)
-    _rewrite_unkeyed(alias, new_id="0" * 32)
+    rewrite_unkeyed(alias, new_id="0" * 32)
     with pytest.raises(LedgerKeyError, match=f"this file is also {path}"):
         Ledger.open(alias)
     with pytest.raises(LedgerKeyError, match="held a keyed ledger"):
@@ -327,7 +306,7 @@ def test_a_stripped_mac_keeping_its_id_is_refused_under_any_name(tmp_path):
     path, copy = tmp_path / "l.sqlite", tmp_path / "copy.sqlite"
     _keyed(path)
     copy.write_bytes(path.read_bytes())
-    _rewrite_unkeyed(copy)
+    rewrite_unkeyed(copy)
     with pytest.raises(LedgerKeyError, match=r"ledger id .* was witnessed as a keyed ledger"):
         Ledger.open(copy)
 
@@ -345,7 +324,7 @@ def test_charges_through_a_symlink_are_witnessed_under_the_real_file(tmp_path):
     assert witness_path(link) == witness_path(real)
     assert json.loads(witness_path(real).read_text())["count"] == 2
     saved = real.read_bytes()
-    _rewrite_unkeyed(real, new_id="1" * 32)
+    rewrite_unkeyed(real, new_id="1" * 32)
     with pytest.raises(LedgerKeyError, match="held a keyed ledger"):
         Ledger.open(real)
     real.unlink()

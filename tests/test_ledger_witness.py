@@ -11,12 +11,11 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from ledger_helpers import rewrite_unkeyed
 
 from dpkd_audit import Ledger
 from dpkd_audit.errors import LedgerCorruptError, LedgerKeyError
 from dpkd_audit.events import PureDpEvent
-from dpkd_audit.ledger.chain import Chain
-from dpkd_audit.ledger.store import SCHEMA
 from dpkd_audit.ledger.witness import WITNESS_DIR_ENV, witness_path
 
 KEY = b"k" * 32
@@ -36,30 +35,10 @@ def _keyed(path, charges=3):
     ledger.close()
 
 
-def _strip_mac(path):
-    """Rewrite the file as an unkeyed ledger with a valid SHA-256 chain (what anyone can do)."""
-    plain = Chain(None)
-    conn = sqlite3.connect(path)
-    meta = dict(conn.execute("SELECT key, value FROM meta"))
-    meta["mac"], meta["key_check"] = plain.algorithm, plain.key_check()
-    conn.execute("UPDATE meta SET value = ? WHERE key = 'mac'", (meta["mac"],))
-    conn.execute("UPDATE meta SET value = ? WHERE key = 'key_check'", (meta["key_check"],))
-    genesis = digest = plain.genesis(meta, SCHEMA)
-    rows = conn.execute("SELECT seq, label, event, created, pid FROM charges "
-                        "ORDER BY seq").fetchall()
-    for seq, label, event, created, pid in rows:
-        digest = plain.charge(digest, seq, label, event, created, pid)
-        conn.execute("UPDATE charges SET digest = ? WHERE seq = ?", (digest, seq))
-    conn.execute("UPDATE head SET count = ?, digest = ?, genesis = ?, tag = ? WHERE id = 1",
-                 (len(rows), digest, genesis, plain.head(len(rows), digest, genesis)))
-    conn.commit()
-    conn.close()
-
-
 def test_a_stripped_mac_is_refused_without_a_key(tmp_path, monkeypatch):
     path = tmp_path / "l.sqlite"
     _keyed(path)
-    _strip_mac(path)
+    rewrite_unkeyed(path)
     with pytest.raises(LedgerKeyError, match="held a keyed ledger"):
         Ledger.open(path)
     with pytest.raises(LedgerKeyError, match="held a keyed ledger"):

@@ -771,14 +771,12 @@ class PLDAccountant(Accountant):
         sigma = self._only_gaussian()
         if sigma is not None:
             return analytic_gaussian_delta(float(target_epsilon), sigma)
+        if target_epsilon >= self.pure_epsilon():  # 0 for an empty history
+            return 0.0
         if self._zcdp_rho() > 0.0 or self._uses_fft(self._pld_specs()):
-            if target_epsilon >= self.pure_epsilon():
-                return 0.0
             return self._tilted_delta(float(target_epsilon))
         composed = self.pld()
-        if composed is None or target_epsilon >= self.pure_epsilon():
-            return 0.0
-        return min(1.0, _pld_delta(composed, float(target_epsilon)))
+        return 0.0 if composed is None else min(1.0, _pld_delta(composed, float(target_epsilon)))
 
 
 #: A tilted table's epsilon is accepted when its bound on the dropped tails is at most this

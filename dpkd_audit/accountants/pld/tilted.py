@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 from dp_accounting.pld import pld_pmf
 from scipy import fft as sp_fft
-from scipy import special
+from scipy import optimize, special
 
 __all__ = ["LAMBDA_MIN", "LossTable", "Release", "pmf_arrays", "tilted_table", "zcdp_g"]
 
@@ -131,8 +131,6 @@ def chernoff_tilt(releases: Sequence[Release], interval: float, rho: float,
     At the minimum the tilted mean of the composed loss equals that eps, a little above the
     exact epsilon: the tilt at which the composed pmf is accurate around the answer.
     """
-    from scipy import optimize
-
     def bound(u: float) -> float:
         lam = math.exp(u)
         return (cumulant(releases, lam, interval, rho) - log_delta) / lam
@@ -191,6 +189,15 @@ def _convolve(a: tuple[np.ndarray, int], b: tuple[np.ndarray, int]
         fy = fx if y is x else sp_fft.rfft(y, n, workers=-1)
         probs = sp_fft.irfft(fx * fy, n, workers=-1)[:size]
     return _truncate(probs, a[1] + b[1])
+
+
+def _combine(acc: tuple[np.ndarray, int] | None, item: tuple[np.ndarray, int]
+             ) -> tuple[tuple[np.ndarray, int], float]:
+    """``acc * item`` (``item`` itself when ``acc`` is None), with the mass cut."""
+    if acc is None:
+        return item, 0.0
+    probs, offset, cut = _convolve(acc, item)
+    return (probs, offset), cut
 
 
 @dataclass(frozen=True)
@@ -365,12 +372,8 @@ def _power(base: tuple[np.ndarray, int], count: int) -> tuple[tuple[np.ndarray, 
     n = count
     while n:
         if n & 1:
-            if part is None:
-                part = square
-            else:
-                probs, offset, cut = _convolve(part, square)
-                dropped += cut
-                part = (probs, offset)
+            part, cut = _combine(part, square)
+            dropped += cut
         n >>= 1
         if n:
             probs, offset, cut = _convolve(square, square)
@@ -404,21 +407,13 @@ def tilted_table(releases: Sequence[Release], interval: float, lam: float,
             infinity_log_survival = -math.inf
         base, base_offset, cut = _truncate(np.exp(log_w - log_m), release.lower)
         dropped += cut * release.count
-        if release.count in by_count:
-            probs, offset, cut = _convolve(by_count[release.count], (base, base_offset))
-            dropped += cut * release.count
-            by_count[release.count] = (probs, offset)
-        else:
-            by_count[release.count] = (base, base_offset)
+        by_count[release.count], cut = _combine(by_count.get(release.count),
+                                                (base, base_offset))
+        dropped += cut * release.count
     for count, product in sorted(by_count.items()):
         part, cut = _power(product, count)
-        dropped += cut
-        if composed is None:
-            composed = part
-        else:
-            probs, offset, cut = _convolve(composed, part)
-            dropped += cut
-            composed = (probs, offset)
+        composed, joined = _combine(composed, part)
+        dropped += cut + joined
     if composed is None:  # only zCDP parts: the finite loss is 0
         composed = (np.ones(1), 0)
     probs, offset = composed
