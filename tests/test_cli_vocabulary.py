@@ -11,7 +11,14 @@ import textwrap
 import pytest
 
 from dpkd_audit.cli.main import main
-from dpkd_audit.cli.names import ATTACKS, BATCH_RELATIONS, ONE_RUN_ANALYSES, PLAN_KINDS, SAMPLINGS
+from dpkd_audit.cli.names import (
+    ATTACKS,
+    BATCH_RELATIONS,
+    ONE_RUN_ANALYSES,
+    PLAN_KINDS,
+    SAMPLINGS,
+    TEACHER_ARCHITECTURES,
+)
 
 SAMPLERS = textwrap.dedent("""
     from dpkd_audit.mechanisms import Laplace
@@ -133,6 +140,9 @@ def test_the_cli_name_lists_match_the_enums():
     assert ONE_RUN_ANALYSES == tuple(a.value for a in OneRunAnalysis)
     assert SAMPLINGS == tuple(s.value for s in DpSgdSampling)
     assert BATCH_RELATIONS == tuple(r.value for r in BatchRelation)
+    from dpkd_audit.pipelines.common.teacher import TeacherArchitecture
+
+    assert TEACHER_ARCHITECTURES == tuple(a.value for a in TeacherArchitecture)
 
 
 def test_budget_takes_a_per_release_epsilon(capsys):

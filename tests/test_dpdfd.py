@@ -231,7 +231,7 @@ def test_config_round_trips_to_json() -> None:
     data = json.loads(json.dumps(config.to_dict()))
     assert data["mode"] == "sound" and data["label_epsilon"] == 10.0
     assert data["dp_teacher"]["architecture"] == "vgg"
-    assert DpdfdConfig.small(dataset="mnist").dp_teacher.architecture.value == "tanh-cnn"
+    assert DpdfdConfig.small(dataset="mnist").dp_teacher.architecture.value == "scatter-cnn"
     assert DpdfdConfig.paper().teacher.architecture.value == "resnet34"
     assert DpdfdMode("sound").epsilon_kind == "record-level"
 

@@ -183,7 +183,7 @@ def test_tanh_cnn_refuses_small_images() -> None:
         TeacherConfig(architecture="resnet-9000")
 
 
-@pytest.mark.parametrize("arch", ["vgg", "resnet18", "tanh-cnn"])
+@pytest.mark.parametrize("arch", ["vgg", "resnet18", "tanh-cnn", "scatter-cnn"])
 def test_teachers_have_a_classifier_and_deterministic_weights(arch: str) -> None:
     config = TeacherConfig(architecture=arch, width=4)
     a = build_teacher(config, (28, 28), 10, generator=torch.Generator().manual_seed(5))

@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any
 
 from dpkd_audit.cli.arguments import fraction, int_at_least, positive_float
+from dpkd_audit.cli.names import TEACHER_ARCHITECTURES
 from dpkd_audit.cli.sweeps import (
     add_sweep_grid_arguments,
     apply_generator_arguments,
@@ -122,6 +123,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how the student learns from released labels: noise-aware (default; "
                         "forward correction through the known selective-RR channel) or kl "
                         "(the paper's Eq. 3 as written)")
+    p.add_argument("--dp-architecture", choices=TEACHER_ARCHITECTURES,
+                   help="sound mode: the network of the DP teacher trained with DP-SGD "
+                        "(scatter-cnn: Tramer-Boneh's ScatterNet + CNN, a fixed scattering "
+                        "transform then a small tanh CNN). Default: the preset's")
     p.add_argument("--accountant", choices=["rdp", "pld"],
                    help="sound mode: the accountant that calibrates the DP-SGD noise and keeps "
                         "the run's ledger: rdp (default, Opacus's) or pld (tighter: less noise "

@@ -1,6 +1,7 @@
 """Names the ``dpkd`` parsers offer, spelled out here so that building them imports nothing heavy.
 
 The enums they mirror (:class:`~dpkd_audit.accountants.budget.PlanKind`,
+:class:`~dpkd_audit.pipelines.common.teacher.TeacherArchitecture`,
 :class:`~dpkd_audit.audit.attacks.Attack`, :class:`~dpkd_audit.audit.training.OneRunAnalysis`)
 live in modules that import dp_accounting and scipy (about a second); ``tests/test_cli.py``
 checks that the lists here match them. One spelling rule everywhere: a name is matched with
@@ -14,7 +15,7 @@ import argparse
 from collections.abc import Callable, Sequence
 
 __all__ = ["ATTACKS", "BATCH_RELATIONS", "ONE_RUN_ANALYSES", "PLAN_KINDS", "SAMPLINGS",
-           "flag_form", "name_key", "name_type"]
+           "TEACHER_ARCHITECTURES", "flag_form", "name_key", "name_type"]
 
 #: ``dpkd budget MECHANISM``: the values of ``PlanKind``.
 PLAN_KINDS = ("laplace", "laplace-noisy-max", "gaussian", "subsampled-gaussian",
@@ -29,6 +30,10 @@ BATCH_RELATIONS = ("add/remove-one", "zero-out", "replace-one")
 #: ``dpkd audit --attack``: the values of ``Attack``.
 ATTACKS = ("threshold", "histogram", "classifier", "coordinate", "float_bits", "auto",
            "auto_real")
+
+#: ``dpkd run dgd|dpdfd --dp-architecture``: the values of ``TeacherArchitecture`` (whose
+#: module imports torch).
+TEACHER_ARCHITECTURES = ("vgg", "resnet18", "resnet34", "tanh-cnn", "dgd-cnn", "scatter-cnn")
 
 #: ``dpkd audit-run --analysis``: the values of ``OneRunAnalysis``.
 ONE_RUN_ANALYSES = ("steinke", "fdp", "gaussian", "all")

@@ -326,14 +326,17 @@ def argv_or_default(argv: list[str] | None) -> list[str]:
 
 
 def apply_generator_arguments(config: Any, args: argparse.Namespace, *, mode: str) -> Any:
-    """``--statistics-share``, ``--generator-steps`` and ``--accountant`` on a DP-DFD or DGD config.
+    """The sound-mode flags on a DP-DFD or DGD config.
+
+    ``--statistics-share``, ``--generator-steps``, ``--accountant`` and ``--dp-architecture``.
 
     Both configs hold ``generator`` (published mode), ``sound_generator`` and ``statistics``
     (the sound mode's DP feature statistics, whose term the sound generator weighs by
     ``beta``: a share of 0 turns both off).
 
     Raises:
-        ValueError: ``--statistics-share`` or ``--accountant`` where no sound run is asked for.
+        ValueError: ``--statistics-share``, ``--accountant`` or ``--dp-architecture`` where no
+            sound run is asked for.
     """
     replace = dataclasses.replace
     if args.statistics_share is not None:
@@ -353,6 +356,12 @@ def apply_generator_arguments(config: Any, args: argparse.Namespace, *, mode: st
         if "sound" not in getattr(args, "modes", [mode]):
             raise ValueError("--accountant applies to sound runs only")
         config = replace(config, dp_sgd=replace(config.dp_sgd, accountant=args.accountant))
+    if getattr(args, "dp_architecture", None) is not None:
+        if "sound" not in getattr(args, "modes", [mode]):
+            raise ValueError("--dp-architecture applies to sound runs only")
+        field = "dp_baseline" if hasattr(config, "dp_baseline") else "dp_teacher"
+        config = replace(config, **{field: replace(getattr(config, field),
+                                                   architecture=args.dp_architecture)})
     return config
 
 

@@ -6,8 +6,9 @@ Yin et al. CVPR 2020, Eq. 4); its ablation (Table III) finds this the most usefu
 running statistics are statistics of the private data without noise. The sound variant keeps
 the term but matches **differentially private** statistics instead:
 
-1. Layers: the input of every ``Conv2d`` of the (DP-SGD) teacher, read by forward hooks. The
-   first conv's input is the image: its statistics are per pixel (``pixel_statistics``, a mean
+1. Layers: the input of every ``Conv2d`` of the (DP-SGD) teacher, read by forward hooks (with
+   a fixed frontend, such as the ScatterNet's, the frontend's input first). The first
+   layer's input is the image: its statistics are per pixel (``pixel_statistics``, a mean
    image and a variance image); the others are per channel, over spatial positions (what
    BatchNorm tracks).
 2. Each private record x gives the vector v(x) of its means and mean squares at those layers
@@ -58,6 +59,7 @@ from dpkd_audit import _validate
 from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms import Gaussian, TextbookGaussian
 from dpkd_audit.pipelines.common.config import parse_enum
+from dpkd_audit.pipelines.common.frontend import fixed_frontend
 from dpkd_audit.pipelines.common.teacher import TeacherConfig, build_teacher
 
 __all__ = [
@@ -165,7 +167,8 @@ def statistics_mechanism(config: StatisticsConfig, *, target_epsilon: float, del
 
 
 def _conv_layout(model: nn.Module) -> tuple[int, ...]:
-    return tuple(int(m.in_channels) for m in statistics_layers(model))
+    # a fixed frontend's input is the (single-channel) image
+    return tuple(int(getattr(m, "in_channels", 1)) for m in statistics_layers(model))
 
 
 @functools.lru_cache(maxsize=64)
@@ -178,7 +181,7 @@ def statistics_coordinates(config: StatisticsConfig, teacher: TeacherConfig | nn
                            image_shape: tuple[int, int]) -> int:
     """d, the length of the released vector for a teacher on images of ``image_shape``.
 
-    Twice (means and mean squares) the first conv's input size (h w in_channels per pixel, or
+    Twice (means and mean squares) the first layer's input size (h w in_channels per pixel, or
     in_channels) plus every later conv's in_channels, plus one clip-weight coordinate
     (``CLIP_WEIGHTS``). Depends only on the architecture (Opacus's BatchNorm -> GroupNorm fix
     keeps every Conv2d), so the run's plan knows it before the teacher is trained.
@@ -205,13 +208,18 @@ def statistics_coordinates(config: StatisticsConfig, teacher: TeacherConfig | nn
 def statistics_layers(model: nn.Module) -> list[nn.Module]:
     """The layers whose inputs are summarised: every ``Conv2d``, in module order.
 
+    A model with a fixed frontend (:func:`~dpkd_audit.pipelines.common.frontend.
+    fixed_frontend`, e.g. the ScatterNet + CNN) has the frontend first: its input is the
+    image (per-pixel statistics), its first conv's input the frontend's channels.
+
     Raises:
         ValueError: If the model has no ``Conv2d``.
     """
     layers = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
     if not layers:
         raise ValueError("the teacher has no Conv2d layer whose inputs could be summarised")
-    return layers
+    frontend = fixed_frontend(model)
+    return layers if frontend is None else [frontend, *layers]
 
 
 class _Hooks:

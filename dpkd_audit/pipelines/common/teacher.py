@@ -23,6 +23,13 @@ Architectures (:class:`TeacherArchitecture`):
   with ReLU and 2x2 max pooling, then the linear softmax layer; no normalisation layer, so it
   also trains under DP-SGD as is. One teacher of
   :class:`~dpkd_audit.pipelines.common.ensemble.TeacherEnsemble` computes the same function.
+- ``scatter-cnn``: Tramer and Boneh's ScatterNet + CNN (ICLR 2021, Sec. 3 and their MNIST
+  model): the fixed scattering transform (:class:`~dpkd_audit.pipelines.common.scattering.
+  Scattering2d`, J = 2, L = 8: 81 channels at a quarter of the side), GroupNorm of 27 groups
+  without affine parameters (data-independent, so free under DP), conv 16x3x3/2, tanh,
+  conv 32x3x3/1, tanh, linear 32, tanh, linear. Its ``frontend`` has no parameter and reads no
+  data: :func:`~dpkd_audit.pipelines.common.dp_teacher.train_dp_teacher` computes it once per
+  record and trains the rest with DP-SGD. Needs images of at least 8x8.
 
 All randomness comes from a seeded CPU ``torch.Generator``; the training loop is
 :func:`~dpkd_audit.pipelines.common.student.fit_classifier` (last-epoch test accuracy).
@@ -38,6 +45,7 @@ import torch
 from torch import nn
 
 from dpkd_audit import _validate
+from dpkd_audit.pipelines.common.scattering import Scattering2d
 from dpkd_audit.pipelines.common.student import (
     StudentConfig,
     StudentResult,
@@ -63,11 +71,14 @@ class TeacherArchitecture(enum.StrEnum):
     RESNET34 = "resnet34"
     TANH_CNN = "tanh-cnn"
     DGD_CNN = "dgd-cnn"
+    SCATTER_CNN = "scatter-cnn"
 
     @property
     def min_side(self) -> int:
         """Smallest image side the network accepts."""
-        return 28 if self is TeacherArchitecture.TANH_CNN else 4
+        if self is TeacherArchitecture.TANH_CNN:
+            return 28
+        return 8 if self is TeacherArchitecture.SCATTER_CNN else 4
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -76,7 +87,8 @@ class TeacherConfig:
 
     Attributes:
         architecture: :class:`TeacherArchitecture` (or its value).
-        width: Channels of the first block (>= 1); ignored by ``tanh-cnn`` (fixed widths).
+        width: Channels of the first block (>= 1); ignored by ``tanh-cnn`` and
+            ``scatter-cnn`` (fixed widths).
         training: Optimizer, schedule, epochs and augmentation of non-private training (the
             student's loop); ``training.width`` is not used.
     """
@@ -176,6 +188,39 @@ class _DgdCnn(nn.Module):
         return self.classifier(self.features(x))
 
 
+class _ScatterCnn(nn.Module):
+    """Tramer-Boneh ScatterNet + CNN (see the module docstring).
+
+    Attributes:
+        frontend: The fixed scattering transform (no parameters).
+        head: Everything after it (GroupNorm, the CNN, ``classifier``'s input).
+        classifier: The last linear layer.
+    """
+
+    #: GroupNorm groups over the 81 scattering channels (Tramer and Boneh's choice).
+    GROUPS = 27
+
+    def __init__(self, num_classes: int, image_shape: tuple[int, int]) -> None:
+        super().__init__()
+        self.image_shape = image_shape
+        self.num_classes = num_classes
+        self.frontend = Scattering2d(tuple(image_shape), scales=2, angles=8)
+        channels, rows, cols = self.frontend.output_shape
+        self.head = nn.Sequential(
+            nn.GroupNorm(self.GROUPS, channels, affine=False),
+            nn.Conv2d(channels, 16, 3, stride=2, padding=1), nn.Tanh(),
+            nn.Conv2d(16, 32, 3, padding=1), nn.Tanh(), nn.Flatten(),
+            nn.Linear(32 * ((rows + 1) // 2) * ((cols + 1) // 2), 32), nn.Tanh())
+        self.classifier = nn.Linear(32, num_classes)
+
+    def forward_features(self, features: torch.Tensor) -> torch.Tensor:
+        """Logits from the frontend's output (what DP-SGD trains)."""
+        return self.classifier(self.head(features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_features(self.frontend(x))
+
+
 def build_teacher(config: TeacherConfig, image_shape: tuple[int, int], num_classes: int, *,
                   generator: torch.Generator) -> nn.Module:
     """A freshly initialised teacher on the CPU (training mode).
@@ -202,10 +247,14 @@ def build_teacher(config: TeacherConfig, image_shape: tuple[int, int], num_class
             model: nn.Module = _TanhCnn(num_classes, tuple(image_shape))
         elif arch is TeacherArchitecture.DGD_CNN:
             model = _DgdCnn(num_classes, tuple(image_shape), config.width)
+        elif arch is TeacherArchitecture.SCATTER_CNN:
+            model = _ScatterCnn(num_classes, tuple(image_shape))
         else:
             blocks = (2, 2, 2, 2) if arch is TeacherArchitecture.RESNET18 else (3, 4, 6, 3)
             model = _ResNet(blocks, config.width, num_classes, tuple(image_shape))
     model = model.to_empty(device="cpu")
+    if isinstance(model, _ScatterCnn):  # its filters are fixed, not initialised: rebuilt
+        model.frontend = Scattering2d(tuple(image_shape), scales=2, angles=8)
     init_weights(model, generator)
     return model
 

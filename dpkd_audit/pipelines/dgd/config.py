@@ -12,7 +12,7 @@ from dpkd_audit.data import DatasetName
 from dpkd_audit.pipelines import limits
 from dpkd_audit.pipelines.common.config import Preset, parse_enum, plain
 from dpkd_audit.pipelines.common.dp_statistics import StatisticsConfig
-from dpkd_audit.pipelines.common.dp_teacher import DpSgdConfig
+from dpkd_audit.pipelines.common.dp_teacher import SMALL_DP_NETWORK, DpSgdConfig, small_dp_sgd
 from dpkd_audit.pipelines.common.ensemble import EnsembleConfig
 from dpkd_audit.pipelines.common.generator import (
     GeneratorConfig,
@@ -170,8 +170,8 @@ class DgdConfig:
         training=StudentConfig(epochs=10, batch_size=128, learning_rate=0.1,
                                label_smoothing=0.0)))
     dp_baseline: TeacherConfig = dataclasses.field(default_factory=lambda: TeacherConfig(
-        architecture=TeacherArchitecture.TANH_CNN))
-    dp_sgd: DpSgdConfig = dataclasses.field(default_factory=DpSgdConfig)
+        architecture=SMALL_DP_NETWORK))
+    dp_sgd: DpSgdConfig = dataclasses.field(default_factory=lambda: small_dp_sgd(digits=False))
     generator: GeneratorConfig = dataclasses.field(default_factory=lambda: GeneratorConfig(
         beta=0.0, activation_weight=0.1))
     generator_statistics: GeneratorStatistics = GeneratorStatistics.NONE
@@ -347,7 +347,10 @@ class DgdConfig:
         read the synthetic images as the baseline does far more often). Sound runs on MNIST
         and Fashion-MNIST give the queries :data:`SMALL_SOUND_QUERY_SHARE` (0.1) of the
         budget, the DP-SGD baseline the rest (the student ends at its DP baseline, so the
-        budget buys more there). The sound
+        budget buys more there). The DP baseline is Tramer and Boneh's ScatterNet + CNN
+        (:data:`~dpkd_audit.pipelines.common.dp_teacher.SMALL_DP_NETWORK`, trained by
+        :func:`~dpkd_audit.pipelines.common.dp_teacher.small_dp_sgd`; the paper preset too):
+        the sound student's accuracy is its DP baseline's. The sound
         generator keeps the squashed output (a standardised one would read the private pixels'
         scale) and matches feature statistics released through the DP baseline (1,000 steps).
 
@@ -385,10 +388,8 @@ class DgdConfig:
             "ensemble": _small_ensemble(dataset, sound=sound),
             "selection": QuerySelection.CONFIDENT,
             "baseline": _small_baseline(dataset, training),
-            "dp_baseline": TeacherConfig(architecture=TeacherArchitecture.VGG, width=8)
-            if digits else TeacherConfig(architecture=TeacherArchitecture.TANH_CNN),
-            "dp_sgd": DpSgdConfig(epochs=10, batch_size=64, learning_rate=0.5, momentum=0.9)
-            if digits else DpSgdConfig(epochs=15, batch_size=512, learning_rate=2.0),
+            "dp_baseline": TeacherConfig(architecture=SMALL_DP_NETWORK),
+            "dp_sgd": small_dp_sgd(digits=digits),
             "generator": _small_generator(dataset, parse_enum(
                 GeneratorStatistics, "generator_statistics",
                 overrides.get("generator_statistics", default_statistics))),

@@ -47,6 +47,7 @@ from torch import nn
 
 from dpkd_audit import _validate
 from dpkd_audit.pipelines.common.config import parse_enum
+from dpkd_audit.pipelines.common.frontend import FeatureHead, fixed_frontend, frontend_features
 from dpkd_audit.pipelines.common.progress import TailMeans, progress_counter
 from dpkd_audit.pipelines.common.student import (
     StudentConfig,
@@ -331,6 +332,19 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
         model = copy.deepcopy(initial_model).to(device)
     y = torch.from_numpy(np.asarray(labels, dtype=np.int64)).to(device)
     y_test = torch.from_numpy(np.array(test_labels, dtype=np.int64)).to(device)
+    net: nn.Module = model
+    frontend = fixed_frontend(model)
+    if frontend is not None and not config.augment and not (
+            config.regularized and (config.tangent_weight > 0 or config.normal_weight > 0)):
+        # every input is a fixed image (or a decoded code, mapped as it comes): the fixed
+        # frontend is computed once per image and the rest trained on it (same function)
+        net = FeatureHead(model)
+        labelled = frontend_features(frontend, labelled)
+        test_images = frontend_features(frontend, test_images)
+        if distil:
+            soft_images = frontend_features(frontend, soft_images)
+        if config.regularized and on_synthetic:
+            unlabelled = frontend_features(frontend, unlabelled)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: max(0.0, 1.0 - step / config.steps))
@@ -339,7 +353,7 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
     curve: list[tuple[int, float]] = []
     bar = progress_counter(enabled=progress, desc="student (TNAR)", total=config.steps,
                            unit="step")
-    model.train()
+    net.train()
     for step in range(config.steps):
         # The labelled batch and the distillation batch share one pass (running statistics
         # updated); the unlabelled batch has passes of its own (module docstring).
@@ -355,7 +369,7 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
             soft_pick = torch.randint(soft_images.shape[0], (config.unlabelled_batch_size,),
                                       generator=rng).to(device)
             parts.append(soft_images[soft_pick])
-        outputs = model(torch.cat(parts)).split([p.shape[0] for p in parts])
+        outputs = net(torch.cat(parts)).split([p.shape[0] for p in parts])
         terms: dict[str, torch.Tensor] = {}
         loss = torch.zeros((), device=device)
         if supervised:
@@ -379,8 +393,10 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
             else:
                 with torch.no_grad():
                     x_u = vae.decode(z)
+                    if net is not model:
+                        x_u = frontend(x_u)
             with frozen_batch_statistics(model):
-                logits_u = model(x_u)
+                logits_u = net(x_u)
             if config.tangent_weight > 0 or config.normal_weight > 0:
                 basis = tangent_basis(vae.decode, z)
                 adversarial = config.unlabelled_terms is UnlabelledTerms.ADVERSARIAL_KL
@@ -412,7 +428,7 @@ def train_tnar_student(labelled: torch.Tensor, labels: np.ndarray, *, codes: tor
         schedule.step()
         sums.add(step, terms)
         if (step + 1) % evaluate_every == 0 or step == config.steps - 1:
-            curve.append((step + 1, _accuracy(model, test_images, y_test)))
+            curve.append((step + 1, _accuracy(net, test_images, y_test)))
             bar.set_postfix(loss=f"{float(loss.detach()):.3f}", acc=f"{curve[-1][1]:.4f}",
                             refresh=False)
         bar.update(1)

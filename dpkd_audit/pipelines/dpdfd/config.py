@@ -12,7 +12,7 @@ from dpkd_audit.pipelines import limits
 from dpkd_audit.pipelines.common.config import Preset, parse_enum, plain
 from dpkd_audit.pipelines.common.distill import DistillConfig
 from dpkd_audit.pipelines.common.dp_statistics import StatisticsConfig
-from dpkd_audit.pipelines.common.dp_teacher import DpSgdConfig
+from dpkd_audit.pipelines.common.dp_teacher import SMALL_DP_NETWORK, DpSgdConfig, small_dp_sgd
 from dpkd_audit.pipelines.common.generator import GeneratorConfig, check_sound_generator
 from dpkd_audit.pipelines.common.student import StudentConfig
 from dpkd_audit.pipelines.common.teacher import TeacherArchitecture, TeacherConfig
@@ -89,8 +89,8 @@ class DpdfdConfig:
         training=StudentConfig(epochs=10, batch_size=128, learning_rate=0.1,
                                label_smoothing=0.0)))
     dp_teacher: TeacherConfig = dataclasses.field(default_factory=lambda: TeacherConfig(
-        architecture=TeacherArchitecture.TANH_CNN))
-    dp_sgd: DpSgdConfig = dataclasses.field(default_factory=DpSgdConfig)
+        architecture=SMALL_DP_NETWORK))
+    dp_sgd: DpSgdConfig = dataclasses.field(default_factory=lambda: small_dp_sgd(digits=False))
     generator: GeneratorConfig = dataclasses.field(default_factory=GeneratorConfig)
     sound_generator: GeneratorConfig = dataclasses.field(default_factory=lambda: GeneratorConfig(
         beta=10.0, activation_weight=0.1))
@@ -170,7 +170,9 @@ class DpdfdConfig:
 
         The published teacher is the VGG-like BatchNorm net (width 16, 2 epochs; 6 on
         Fashion-MNIST, :data:`SMALL_FASHION_TEACHER_EPOCHS`), the sound one
-        the tanh CNN under DP-SGD (15 epochs, batch 512); the generator has width 64 and takes
+        the ScatterNet + CNN under DP-SGD (:data:`~dpkd_audit.pipelines.common.dp_teacher.
+        SMALL_DP_NETWORK`, :func:`~dpkd_audit.pipelines.common.dp_teacher.small_dp_sgd`: 15
+        epochs of batch 512, clipping 0.1, momentum 0.9); the generator has width 64 and takes
         400 steps; 100 stages of 2,000 labels (300 in published runs on MNIST and Fashion-MNIST)
         train a width-16 student (60 steps per stage).
 
@@ -182,8 +184,8 @@ class DpdfdConfig:
         against 84.73% at per-label eps 10), 30 to 47 minutes per run on 2 cores; sound runs
         keep 100.
 
-        On the 8x8 digits everything is smaller (20 stages of 200 labels, 200 generator steps)
-        and the sound teacher is the VGG-like net with GroupNorm (the tanh CNN needs 28x28).
+        On the 8x8 digits everything is smaller (20 stages of 200 labels, 200 generator steps;
+        the sound teacher takes 10 epochs of batch 64).
         """
         dataset = parse_enum(DatasetName, "dataset", overrides.get("dataset", cls.dataset))
         digits = dataset is DatasetName.DIGITS
@@ -203,10 +205,8 @@ class DpdfdConfig:
                                      training=dataclasses.replace(
                                          training, epochs=10 if digits else 2, batch_size=64)
                                      if digits else training),
-            "dp_teacher": TeacherConfig(architecture=TeacherArchitecture.VGG, width=8)
-            if digits else TeacherConfig(architecture=TeacherArchitecture.TANH_CNN),
-            "dp_sgd": DpSgdConfig(epochs=10, batch_size=64, learning_rate=0.5, momentum=0.9)
-            if digits else DpSgdConfig(epochs=15, batch_size=512, learning_rate=2.0),
+            "dp_teacher": TeacherConfig(architecture=SMALL_DP_NETWORK),
+            "dp_sgd": small_dp_sgd(digits=digits),
             "generator": GeneratorConfig(width=64, steps=200 if digits else 400,
                                          batch_size=128),
             "sound_generator": GeneratorConfig(width=64, steps=200 if digits else 400,
