@@ -14,14 +14,14 @@ Levers (each a flag; the preset's value when not given):
   PLD the tighter, so it buys less noise for the same record-level epsilon;
 - ``--architecture``: the baseline's network (``scatter-cnn``: Tramer-Boneh's ScatterNet +
   CNN);
-- ``--epochs``, ``--batch-size``, ``--learning-rate``, ``--momentum``,
-  ``--max-grad-norm``: DP-SGD's hyper-parameters, one or more values each (every combination
+- ``--epochs``, ``--batch-size``, ``--learning-rate``, ``--momentum``, ``--max-grad-norm``,
+  ``--lr-schedule``: DP-SGD's hyper-parameters, one or more values each (every combination
   is trained; sigma is recalibrated for each; ``--curves`` prints the per-epoch accuracy).
 
 Usage: python benchmarks/sound_dp_baseline.py [--dataset digits] [--epsilons 2 4 8]
        [--seeds 3] [--accountants rdp pld] [--data-dir DIR] [--architecture A] [--epochs E]
        [--batch-size B ...] [--learning-rate LR ...] [--momentum M ...] [--max-grad-norm C ...]
-       [--curves]
+       [--lr-schedule constant cosine] [--curves]
 """
 
 from __future__ import annotations
@@ -72,11 +72,13 @@ def main() -> None:
                        ("--momentum", float), ("--max-grad-norm", float)):
         parser.add_argument(flag, type=kind, nargs="+", default=None,
                             help="one or more values (every combination is trained)")
+    parser.add_argument("--lr-schedule", nargs="+", choices=["constant", "cosine"],
+                        default=None, help="one or more learning-rate schedules")
     parser.add_argument("--curves", action="store_true",
                         help="also print each seed's test accuracy after every epoch")
     args = parser.parse_args()
     _memoised_frontend()
-    names = ("epochs", "batch_size", "learning_rate", "momentum", "max_grad_norm")
+    names = ("epochs", "batch_size", "learning_rate", "momentum", "max_grad_norm", "lr_schedule")
     grid = [dict(zip(names, values, strict=True)) for values in itertools.product(
         *[getattr(args, name) or [None] for name in names])]
     data = None
@@ -108,7 +110,8 @@ def main() -> None:
         print(f"{args.dataset} eps={epsilon:g} {accountant.name} "
               f"{config.dp_baseline.architecture.value} {config.dp_sgd.epochs} epochs, batch "
               f"{config.dp_sgd.batch_size}, lr {config.dp_sgd.learning_rate:g}, momentum "
-              f"{config.dp_sgd.momentum:g}, C {config.dp_sgd.max_grad_norm:g}: sigma "
+              f"{config.dp_sgd.momentum:g}, C {config.dp_sgd.max_grad_norm:g}, "
+              f"{config.dp_sgd.lr_schedule.value} schedule: sigma "
               f"{plan.dp_sgd.noise_multiplier:.4f}, {plan.queries} queries, RDP "
               f"{plan.dp_sgd.epsilon_rdp:.4f} / PLD {plan.dp_sgd.epsilon_pld:.4f}; DP "
               f"baseline {statistics.mean(accuracies):.4f} +- {spread:.4f} over "

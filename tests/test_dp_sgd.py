@@ -306,3 +306,71 @@ def test_a_sound_run_can_be_calibrated_and_kept_by_pld():
     check_ledger_accountant(kept, pld_config)
     kept.charge(pld.event, label="DP-SGD")  # the PLD ledger pays for the PLD plan
     assert math.isclose(float(kept.spent().epsilon), pld.epsilon_pld, rel_tol=1e-6)
+
+
+def test_by_target_rows_pick_the_epochs_and_learning_rate_of_the_target():
+    from dpkd_audit.pipelines.common.dp_teacher import DpSgdConfig, plan_dp_sgd, small_dp_sgd
+
+    config = small_dp_sgd(digits=False)
+    low = plan_dp_sgd(config, dataset_size=6000, target_epsilon=1.0)
+    high = plan_dp_sgd(config, dataset_size=6000, target_epsilon=10.0)
+    edge = plan_dp_sgd(config, dataset_size=6000, target_epsilon=5.0)
+    assert (low.epochs, low.learning_rate) == (15, 0.5)
+    assert (high.epochs, high.learning_rate) == (30, 1.0) == (edge.epochs, edge.learning_rate)
+    assert high.steps == 30 * high.schedule.steps_per_epoch
+    # the longer run is calibrated for its own length: it meets the target, no more
+    assert high.epsilon_rdp == pytest.approx(10.0, rel=1e-3)
+    # JSON lists come back as the same rows
+    assert DpSgdConfig(by_target=[[5, 30, 1]]).by_target == ((5.0, 30, 1.0),)
+    for bad, match in ((((1, 2),), "rows must be"), (((2, 9, 1.0), (1, 9, 1.0)), "increasing"),
+                       (((0, 9, 1.0),), "minimum epsilon"), (((1, 0, 1.0),), "by_target epochs"),
+                       (((1, 9, -1.0),), "by_target learning rate"), (5, "tuple of")):
+        with pytest.raises(ValueError, match=match):
+            DpSgdConfig(by_target=bad)
+
+
+def test_cosine_schedule_decays_the_dp_sgd_learning_rate_and_refuses_canaries(monkeypatch):
+    import itertools
+
+    import numpy as np
+
+    from dpkd_audit import Ledger
+    from dpkd_audit.accountants.dp_sgd import DpSgdAccountant
+    from dpkd_audit.pipelines.common.dp_teacher import (
+        DpSgdConfig,
+        plan_dp_sgd,
+        train_dp_teacher,
+    )
+    from dpkd_audit.pipelines.common.teacher import TeacherConfig
+    from dpkd_audit.training_audit.canaries import GradientCanaries
+
+    with pytest.raises(ValueError, match="lr_schedule must be 'constant' or 'cosine'"):
+        DpSgdConfig(lr_schedule="one-cycle")
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (64, 8, 8), dtype=np.uint8)
+    labels = rng.integers(0, 3, 64)
+    config = DpSgdConfig(epochs=2, batch_size=16, learning_rate=0.1, lr_schedule="cosine")
+    plan = plan_dp_sgd(config, dataset_size=64, target_epsilon=3.0)
+    rates = []
+    original = torch.optim.SGD.step
+
+    def recording(self, *args, **kwargs):
+        rates.append(self.param_groups[0]["lr"])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.SGD, "step", recording)
+    ledger = Ledger(epsilon=3.0, delta=config.delta, accountant=DpSgdAccountant.RDP.make())
+    train_dp_teacher(images, labels, num_classes=3, test_images=images[:8],
+                     test_labels=labels[:8], teacher=TeacherConfig(width=4), config=config,
+                     plan=plan, ledger=ledger, seed=0, device="cpu", progress=False)
+    monkeypatch.undo()
+    assert len(rates) == plan.steps and rates[0] == pytest.approx(0.1)
+    assert all(a > b for a, b in itertools.pairwise(rates))
+    assert rates[-1] < 0.1 * 0.1  # near 0 at the last step
+    ledger = Ledger(epsilon=3.0, delta=config.delta, accountant=DpSgdAccountant.RDP.make())
+    with pytest.raises(ValueError, match="canaries need lr_schedule='constant'"):
+        train_dp_teacher(images, labels, num_classes=3, test_images=images[:8],
+                         test_labels=labels[:8], teacher=TeacherConfig(width=4), config=config,
+                         plan=plan, ledger=ledger, seed=0, device="cpu", progress=False,
+                         canaries=GradientCanaries(count=4))
+    assert not ledger.charges()  # refused before the charge
