@@ -678,8 +678,9 @@ def test_cli_sound_run_without_statistics_or_distillation(tmp_path):
     out = tmp_path / "out"
     assert main(["run", "dgd", "--mode", "sound", "--epsilon", "8", "--statistics-share", "0",
                  "--distillation-weight", "0", "--student-init", "scratch", *_TINY_CLI,
-                 "--out", str(out)]) == 0
+                 "--dp-architecture", "vgg", "--out", str(out)]) == 0
     record = json.loads((out / "result.json").read_text())
+    assert record["config"]["dp_baseline"]["architecture"] == "vgg"
     assert record["student_init"] == "scratch"
     assert record["statistics"] is None and record["distillation_weight"] == 0.0
     assert record["label_filter"] == "none" and record["labels_used"] == record["queries"]
@@ -705,6 +706,9 @@ def test_cli_sound_run_without_statistics_or_distillation(tmp_path):
     (("--mode", "sound", "--epsilon", "5", "--student-init", "teacher"), "invalid choice"),
     (("--queries", "12", "--statistics-share", "0.1"),
      "--statistics-share applies to sound runs only"),
+    (("--queries", "12", "--dp-architecture", "vgg"),
+     "--dp-architecture applies to sound runs only"),
+    (("--mode", "sound", "--epsilon", "5", "--dp-architecture", "scatternet"), "invalid choice"),
     (("--mode", "sound", "--epsilon", "5", "--distillation-weight", "-1"),
      "must be a finite number >= 0"),
     (("--mode", "sound", "--epsilon", "5", "--statistics-share", "1"), "must be a number in"),
