@@ -281,6 +281,8 @@ def test_cli_run_writes_a_record(tmp_path: Path, capsys) -> None:
     (("--mode", "published", "--statistics-share", "0.2"), "applies to sound runs only"),
     (("--mode", "sound", "--statistics-share", "1"), "must be a number in [0, 1)"),
     (("--label-loss", "mse"), "invalid choice"),
+    (("--mode", "published", "--no-student-from-teacher"), "applies to sound runs only"),
+    (("--mode", "published", "--dp-architecture", "vgg"), "applies to sound runs only"),
 ])
 def test_cli_bad_input_fails_before_any_work(tmp_path: Path, capsys, extra: tuple,
                                              message: str) -> None:
@@ -364,6 +366,19 @@ def test_cli_label_loss_and_statistics_share_reach_the_config(tmp_path: Path) ->
     assert record["config"]["student"]["loss"] == "kl"
     assert record["statistics"] is None and len(record["charges"]) == 1
     assert record["config"]["sound_generator"]["beta"] == 0.0
+    assert record["config"]["student_from_teacher"] is True  # the sound default
+    argv = _cli(tmp_path / "scratch", "--mode", "sound", "--epsilon", "2",
+                "--no-student-from-teacher")
+    assert main(argv) == 0
+    record = json.loads((tmp_path / "scratch" / "out" / "result.json").read_text())
+    assert record["config"]["student_from_teacher"] is False
+
+
+def test_the_published_student_never_starts_from_the_teacher() -> None:
+    assert not tiny(mode="published", epsilon=2.0).active_student_from_teacher
+    assert tiny(mode="sound", epsilon=2.0).active_student_from_teacher
+    with pytest.raises(ValueError, match="student_from_teacher must be True or False"):
+        tiny(mode="sound", epsilon=2.0, student_from_teacher="yes")
 
 
 def test_dpkd_ledger_shows_an_unbounded_ledger_in_strict_json(tmp_path: Path, capsys) -> None:

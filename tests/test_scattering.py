@@ -200,3 +200,39 @@ def test_the_student_on_cached_frontend_features_is_the_student_on_images(monkey
         torch.testing.assert_close(p, q, rtol=0, atol=0)
     assert cached.curve == plain.curve
     assert hasattr(cached.model, "frontend")  # the returned student takes images
+
+
+def test_the_staged_student_from_a_scatternet_teacher_pools_frontend_features(monkeypatch):
+    """DP-DFD's sound student from its DP teacher: the pool holds the frontend's output, and
+    the stages train bit for bit the model the image path trains."""
+    from dpkd_audit.pipelines.common import distill
+    from dpkd_audit.pipelines.common.distill import DistillConfig, StagedStudent
+
+    teacher = build_teacher(TeacherConfig(architecture="scatter-cnn"), (28, 28), 10,
+                            generator=torch.Generator().manual_seed(0)).eval()
+    g = torch.Generator().manual_seed(2)
+    images = torch.rand(30, 1, 28, 28, generator=g)
+    targets = torch.softmax(torch.randn(30, 10, generator=g), 1)
+    config = DistillConfig(width=4, steps_per_stage=3, batch_size=8, loss="kl")
+
+    def train():
+        student = StagedStudent(config=config, image_shape=(28, 28), num_classes=10, stages=2,
+                                seed=0, device="cpu", initial_model=teacher)
+        for half in (images[:15], images[15:]):
+            student.add(half, targets[:15])
+            student.train_stage()
+        return student
+
+    cached = train()
+    assert cached._images[0].shape == (30, 81, 7, 7)  # features, not images
+    monkeypatch.setattr(distill, "fixed_frontend", lambda model: None)
+    plain = train()
+    assert plain._images[0].shape == (30, 1, 28, 28)
+    for p, q in zip(cached.model.parameters(), plain.model.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    torch.testing.assert_close(cached.probabilities(images), plain.probabilities(images))
+    for p, q in zip(teacher.parameters(), cached.model.parameters(), strict=True):
+        assert not torch.equal(p, q)  # trained a copy; the teacher is unchanged
+    with pytest.raises(ValueError, match=r"initial_model must be a torch\.nn\.Module"):
+        StagedStudent(config=config, image_shape=(28, 28), num_classes=10, stages=1, seed=0,
+                      device="cpu", initial_model="teacher")

@@ -53,6 +53,12 @@ def _config(args: argparse.Namespace, *, epsilon: float, mode: str) -> Any:
     for name in ("stages", "stage_size"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
+    if args.student_from_teacher is not None:
+        if "sound" not in getattr(args, "modes", [mode]):
+            raise ValueError("--student-from-teacher / --no-student-from-teacher applies to "
+                             "sound runs only (a published student starts from scratch, as "
+                             "the paper's)")
+        overrides["student_from_teacher"] = args.student_from_teacher
     config = DpdfdConfig.preset_config(args.preset, **overrides)
     replace = dataclasses.replace
     if args.teacher_epochs is not None:
@@ -123,6 +129,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how the student learns from released labels: noise-aware (default; "
                         "forward correction through the known selective-RR channel) or kl "
                         "(the paper's Eq. 3 as written)")
+    p.add_argument("--student-from-teacher", action=argparse.BooleanOptionalAction,
+                   default=None,
+                   help="sound mode: the student starts from a copy of the DP teacher "
+                        "(post-processing; not in the paper; the default) or, with --no-..., "
+                        "from scratch")
     p.add_argument("--dp-architecture", choices=TEACHER_ARCHITECTURES,
                    help="sound mode: the network of the DP teacher trained with DP-SGD "
                         "(scatter-cnn: Tramer-Boneh's ScatterNet + CNN, a fixed scattering "

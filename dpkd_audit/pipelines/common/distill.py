@@ -28,6 +28,7 @@ All randomness comes from one seeded CPU ``torch.Generator``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import math
@@ -35,9 +36,11 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812  (conventional alias)
+from torch import nn
 
 from dpkd_audit import _validate
 from dpkd_audit.devices import resolve_device
+from dpkd_audit.pipelines.common.frontend import FeatureHead, fixed_frontend, frontend_features
 from dpkd_audit.pipelines.common.student import StudentConfig, augment_batch, build_student
 
 __all__ = [
@@ -181,10 +184,15 @@ class StagedStudent:
         stages: Number of stages planned (>= 1), for the learning-rate schedule.
         seed: Seed (>= 0) of initialisation and mini-batch draws.
         device: CPU or CUDA.
+        initial_model: A classifier whose copy is trained instead of a fresh student (it is
+            not changed; ``config.width`` is then unused). With a fixed frontend
+            (:mod:`~dpkd_audit.pipelines.common.frontend`) and no augmentation, the pool holds
+            the frontend's output of each image, computed once.
     """
 
     def __init__(self, *, config: DistillConfig, image_shape: tuple[int, int],
-                 num_classes: int, stages: int, seed: int, device: torch.device | str) -> None:
+                 num_classes: int, stages: int, seed: int, device: torch.device | str,
+                 initial_model: nn.Module | None = None) -> None:
         if not isinstance(config, DistillConfig):
             raise ValueError(f"config must be a DistillConfig; got {type(config).__name__}")
         self.config = config
@@ -193,8 +201,16 @@ class StagedStudent:
         _validate.check_int("seed", seed, minimum=0)
         self.device = resolve_device(device)
         self._rng = torch.Generator().manual_seed(seed)
-        self.model = build_student(tuple(image_shape), num_classes, config.width,
-                                   generator=self._rng).to(self.device)
+        if initial_model is not None and not isinstance(initial_model, nn.Module):
+            raise ValueError("initial_model must be a torch.nn.Module or None; got "
+                             f"{type(initial_model).__name__}")
+        if initial_model is None:
+            self.model = build_student(tuple(image_shape), num_classes, config.width,
+                                       generator=self._rng).to(self.device)
+        else:
+            self.model = copy.deepcopy(initial_model).to(self.device)
+        self._frontend = None if config.augment else fixed_frontend(self.model)
+        self._net = self.model if self._frontend is None else FeatureHead(self.model)
         decay = [p for p in self.model.parameters() if p.ndim > 1]
         rest = [p for p in self.model.parameters() if p.ndim <= 1]
         self._optimizer = torch.optim.AdamW(
@@ -257,7 +273,10 @@ class StagedStudent:
                 torch.as_tensor(channel.keep, dtype=torch.float32)[:, None],
                 torch.as_tensor(channel.other, dtype=torch.float32)[:, None]], dim=1)
                 .to(self.device))
-        self._images.append(images.detach().to(self.device))
+        images = images.detach().to(self.device)
+        if self._frontend is not None:  # the pool holds what the trained layers read
+            images = frontend_features(self._frontend, images)
+        self._images.append(images)
         self._targets.append(targets.float().to(self.device))
 
     def train_stage(self) -> float:
@@ -273,7 +292,7 @@ class StagedStudent:
             released = targets.argmax(dim=1)
         k = self.num_classes
         n = images.shape[0]
-        self.model.train()
+        self._net.train()
         total = 0.0
         for _ in range(self.config.steps_per_stage):
             batch = torch.randint(0, n, (min(self.config.batch_size, n),),
@@ -281,7 +300,7 @@ class StagedStudent:
             x = images[batch]
             if self.config.augment:
                 x = augment_batch(x, self._rng, _AUGMENT)
-            logits = self.model(x)
+            logits = self._net(x)
             if channels is None:
                 loss = kl_distillation_loss(logits, targets[batch])
             else:

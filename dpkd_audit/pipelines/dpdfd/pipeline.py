@@ -455,7 +455,8 @@ def run(config: DpdfdConfig, *, ledger: Ledger, rng: np.random.Generator,
     latents = torch.Generator().manual_seed(config.seed + 2)
     student = StagedStudent(config=config.student, image_shape=dataset.image_shape,
                             num_classes=num_classes, stages=config.stages, seed=config.seed + 3,
-                            device=device)
+                            device=device, initial_model=prepared.teacher
+                            if config.active_student_from_teacher else None)
     agree = 0
     tally = ClassTally(num_classes)
     curve: list[tuple[int, float]] = []
