@@ -164,6 +164,36 @@ def test_scatter_cnn_trains_under_dp_sgd_on_its_precomputed_features() -> None:
         accuracy = float((model(x).argmax(1) == torch.from_numpy(labels[1500:])).float().mean())
     assert accuracy == pytest.approx(result.test_accuracy, abs=1e-9)
     assert accuracy > 0.5  # chance is 0.1; measured 0.73 at this seed
+    # the frontend is free because nothing of the private data reaches it: after DP-SGD on
+    # the records it is the freshly built transform, bit for bit, on any image
+    probe = torch.rand(5, 1, 8, 8, generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        torch.testing.assert_close(model.frontend(probe), Scattering2d((8, 8))(probe),
+                                   rtol=0, atol=0)
+    assert not any(True for _ in model.frontend.parameters())
+
+
+def test_the_statistics_release_is_planned_for_the_vector_a_scatternet_releases() -> None:
+    """The plan charges the statistics release for d coordinates known from the architecture
+    before training; with a fixed frontend, d must be what the trained model releases (the
+    image per pixel, then each conv input per channel), or the charge would be for another
+    mechanism."""
+    from dpkd_audit.pipelines.common.dp_statistics import (
+        StatisticsConfig,
+        statistics_coordinates,
+        statistics_layers,
+    )
+
+    config = StatisticsConfig()
+    for shape in ((8, 8), (28, 28)):
+        teacher = TeacherConfig(architecture="scatter-cnn")
+        model = build_teacher(teacher, shape, 10, generator=torch.Generator().manual_seed(0))
+        planned = statistics_coordinates(config, teacher, shape)
+        assert planned == statistics_coordinates(config, model, shape)
+        layers = statistics_layers(model)
+        assert layers[0] is model.frontend and len(layers) == 3
+        # pixels of the image (means and squares), 81 + 16 channels, one clip weight
+        assert planned == 2 * (shape[0] * shape[1] + 81 + 16) + 1
 
 
 def test_the_student_on_cached_frontend_features_is_the_student_on_images(monkeypatch) -> None:

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from dpkd_audit.cli.arguments import fraction, int_at_least, non_negative_float, positive_float
-from dpkd_audit.cli.names import TEACHER_ARCHITECTURES
 from dpkd_audit.cli.sweeps import (
+    add_dp_sgd_arguments,
     add_sweep_grid_arguments,
     apply_generator_arguments,
     run_single,
@@ -219,14 +219,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "(the paper) or exact (the private data's feature statistics read "
                         "through the baseline without noise; a departure, no less private than "
                         "the published baseline). Default: the preset's")
-    p.add_argument("--dp-architecture", choices=TEACHER_ARCHITECTURES,
-                   help="sound mode: the network of the DP baseline trained with DP-SGD "
-                        "(scatter-cnn: Tramer-Boneh's ScatterNet + CNN, a fixed scattering "
-                        "transform then a small tanh CNN). Default: the preset's")
-    p.add_argument("--accountant", choices=["rdp", "pld"],
-                   help="sound mode: the accountant that calibrates the DP-SGD noise and keeps "
-                        "the run's ledger: rdp (default, Opacus's) or pld (tighter: less noise "
-                        "for the same record-level epsilon; a named departure)")
+    add_dp_sgd_arguments(p, network="DP baseline")
     p.add_argument("--statistics-share", type=fraction,
                    help="sound mode: epsilon of the DP feature-statistics release (through the "
                         "DP baseline, for the generator) as a share of --epsilon, in [0, 1) "

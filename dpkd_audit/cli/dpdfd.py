@@ -11,8 +11,8 @@ import dataclasses
 from typing import Any
 
 from dpkd_audit.cli.arguments import fraction, int_at_least, positive_float
-from dpkd_audit.cli.names import TEACHER_ARCHITECTURES
 from dpkd_audit.cli.sweeps import (
+    add_dp_sgd_arguments,
     add_sweep_grid_arguments,
     apply_generator_arguments,
     run_single,
@@ -134,14 +134,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="sound mode: the student starts from a copy of the DP teacher "
                         "(post-processing; not in the paper; the default) or, with --no-..., "
                         "from scratch")
-    p.add_argument("--dp-architecture", choices=TEACHER_ARCHITECTURES,
-                   help="sound mode: the network of the DP teacher trained with DP-SGD "
-                        "(scatter-cnn: Tramer-Boneh's ScatterNet + CNN, a fixed scattering "
-                        "transform then a small tanh CNN). Default: the preset's")
-    p.add_argument("--accountant", choices=["rdp", "pld"],
-                   help="sound mode: the accountant that calibrates the DP-SGD noise and keeps "
-                        "the run's ledger: rdp (default, Opacus's) or pld (tighter: less noise "
-                        "for the same record-level epsilon; a named departure)")
+    add_dp_sgd_arguments(p, network="DP teacher")
     p.add_argument("--statistics-share", type=fraction,
                    help="sound mode: epsilon of the DP feature-statistics release as a share "
                         "of --epsilon, in [0, 1) (default 0.1; 0: no statistics term)")

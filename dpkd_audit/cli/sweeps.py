@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dpkd_audit.cli.arguments import add_executor_arguments, choice_list
+from dpkd_audit.cli.names import TEACHER_ARCHITECTURES
 from dpkd_audit.cli.paths import output_dir, output_file
 from dpkd_audit.cli.sweep_ledger import add_ledger_arguments, reserve_sweep_budget
 from dpkd_audit.executor import (
@@ -33,8 +34,8 @@ from dpkd_audit.executor import (
     submit,
 )
 
-__all__ = ["add_sweep_grid_arguments", "apply_generator_arguments", "argv_or_default",
-           "run_single", "run_sweep", "write_sweep_report"]
+__all__ = ["add_dp_sgd_arguments", "add_sweep_grid_arguments", "apply_generator_arguments",
+           "argv_or_default", "run_single", "run_sweep", "write_sweep_report"]
 
 
 def _command(argv: list[str]) -> str:
@@ -323,6 +324,23 @@ def write_sweep_report(out: Path, *, command: str, dataset: str,
 def argv_or_default(argv: list[str] | None) -> list[str]:
     """The argument list ``main`` parses (for recording the command)."""
     return list(sys.argv[1:] if argv is None else argv)
+
+
+def add_dp_sgd_arguments(p: argparse.ArgumentParser, *, network: str) -> None:
+    """``--dp-architecture`` and ``--accountant`` (read by :func:`apply_generator_arguments`).
+
+    Args:
+        p: The parser of ``dpkd run|sweep dgd|dpdfd``.
+        network: What the method calls its DP-SGD network ("DP baseline", "DP teacher").
+    """
+    p.add_argument("--dp-architecture", choices=TEACHER_ARCHITECTURES,
+                   help=f"sound mode: the network of the {network} trained with DP-SGD "
+                        "(scatter-cnn: Tramer-Boneh's ScatterNet + CNN, a fixed scattering "
+                        "transform then a small tanh CNN). Default: the preset's")
+    p.add_argument("--accountant", choices=["rdp", "pld"],
+                   help="sound mode: the accountant that calibrates the DP-SGD noise and keeps "
+                        "the run's ledger: rdp (default, Opacus's) or pld (tighter: less noise "
+                        "for the same record-level epsilon; a named departure)")
 
 
 def apply_generator_arguments(config: Any, args: argparse.Namespace, *, mode: str) -> Any:

@@ -131,12 +131,9 @@ class Scattering2d(nn.Module):
                                                               / 4 ** (j - r)), persistent=False)
         self.output_shape = scattering_output_shape(self.image_shape, scales, angles)
 
-    def _filter(self, name: str) -> torch.Tensor:
-        return self.get_buffer(name)
-
     def _lowpass(self, u_hat: torch.Tensor, resolution: int) -> torch.Tensor:
         """``u * phi`` of a signal at ``2^-resolution``, at ``2^-J``, padding cropped."""
-        low = _summed_blocks(u_hat, self._filter(f"phi_{resolution}"),
+        low = _summed_blocks(u_hat, self.get_buffer(f"phi_{resolution}"),
                              2 ** (self.scales - resolution))
         out = torch.fft.ifft2(low).real
         step = 2**self.scales
@@ -164,11 +161,11 @@ class Scattering2d(nn.Module):
         first_order, second_order = [], []
         for j1 in range(self.scales):
             u1 = torch.fft.ifft2(_summed_blocks(
-                x_hat.unsqueeze(1), self._filter(f"psi_0_{j1}"), 2**j1)).abs()  # (n, L, h, w)
+                x_hat.unsqueeze(1), self.get_buffer(f"psi_0_{j1}"), 2**j1)).abs()  # (n, L, h, w)
             u1_hat = torch.fft.fft2(u1)
             first_order.append(self._lowpass(u1_hat, j1))
             paths = [self._lowpass(torch.fft.fft2(torch.fft.ifft2(_summed_blocks(
-                u1_hat.unsqueeze(2), self._filter(f"psi_{j1}_{j2}"), 2 ** (j2 - j1))).abs()), j2)
+                u1_hat.unsqueeze(2), self.get_buffer(f"psi_{j1}_{j2}"), 2 ** (j2 - j1))).abs()), j2)
                 for j2 in range(j1 + 1, self.scales)]  # each (n, L, L, rows, cols)
             if paths:  # ordered (t1, j2, t2) within j1, as in the scattering literature
                 second_order.append(torch.stack(paths, dim=2).reshape(n, -1, rows, cols))
