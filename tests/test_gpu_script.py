@@ -41,7 +41,7 @@ def _run(out: Path, *args: str, cwd: Path, env: dict[str, str] | None = None,
     with subprocess.Popen(command, cwd=cwd, env=base, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, start_new_session=True) as process:
         try:
-            stdout, stderr = process.communicate(timeout=240)
+            stdout, stderr = process.communicate(timeout=420)
         except subprocess.TimeoutExpired:
             _kill_session(process.pid)
             raise
@@ -74,7 +74,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     cwd = tmp_path_factory.mktemp("cwd")
     out = tmp_path_factory.mktemp("paper") / "run"
     archive = out / "a.tar.gz"
-    result = _run(out, "--archive", str(archive), "--total", "150", cwd=cwd)
+    result = _run(out, "--archive", str(archive), "--total", "300", cwd=cwd)
     assert result.returncode == 0, result.stderr[-4000:]
     return out, archive
 
@@ -176,40 +176,117 @@ def _gpu_commands(tmp_path: Path, ms_per_step: float, *args: str) -> dict[str, d
 def test_gpu_command_lines(tmp_path: Path) -> None:
     fast = _gpu_commands(tmp_path, 15.0, "--stages", "dgd,dpdfd,rknn")
     data = tmp_path / "data"
+    ckpt = f"--checkpoint-dir {tmp_path}/gpu-15/checkpoints --checkpoint-every 60"
     assert fast["dgd"]["command"] == (
         f"echo dpkd sweep dgd --dataset mnist --data-dir {data} --preset paper --modes published "
-        f"--queries 1300,27 --device cuda --out {tmp_path}/gpu-15/dgd-mnist-paper --quiet")
+        f"--queries 1300,27 --device cuda --out {tmp_path}/gpu-15/dgd-mnist-paper --quiet {ckpt}")
     assert "fit" in fast["dgd"]["note"]
     assert fast["dpdfd"]["command"].endswith(
         "--preset paper --epsilons 1,10 --teacher-epochs 3 --device cuda "
-        f"--out {tmp_path}/gpu-15/dpdfd-mnist-paper --quiet")
+        f"--out {tmp_path}/gpu-15/dpdfd-mnist-paper --quiet {ckpt}")
     assert "--preset paper --epsilons 0.1 --device cuda" in fast["rknn"]["command"]
     # 3,000 steps x 179 ms do not fit 200 - 145 s (--device cpu: env.json skips torch)
     slow = _gpu_commands(tmp_path, 179.0, "--stages", "dgd", "--device", "cpu")
-    assert slow["dgd"]["command"].endswith("--device cpu --out "
-                                           f"{tmp_path}/gpu-179/dgd-mnist-paper --quiet "
-                                           "--ensemble-steps 300")
+    assert slow["dgd"]["command"].endswith(
+        f"--device cpu --out {tmp_path}/gpu-179/dgd-mnist-paper --quiet --checkpoint-dir "
+        f"{tmp_path}/gpu-179/checkpoints --checkpoint-every 60 --ensemble-steps 300")
     assert "--ensemble-steps 300" in slow["dgd"]["note"]
     # issue 30's Fashion-MNIST points: the same sweeps on the other dataset, folders named for it
     fashion = _gpu_commands(tmp_path, 16.0, "--stages", "dgd,dpdfd", "--dataset", "fashion-mnist")
     assert fashion["dgd"]["command"] == (
         f"echo dpkd sweep dgd --dataset fashion-mnist --data-dir {data} --preset paper "
         "--modes published --queries 1300,27 --device cuda "
-        f"--out {tmp_path}/gpu-16/dgd-fashion-mnist-paper --quiet")
+        f"--out {tmp_path}/gpu-16/dgd-fashion-mnist-paper --quiet "
+        f"--checkpoint-dir {tmp_path}/gpu-16/checkpoints --checkpoint-every 60")
     assert fashion["dpdfd"]["command"] == (
         f"echo dpkd sweep dpdfd --dataset fashion-mnist --data-dir {data} --preset paper "
         "--epsilons 1,10 --teacher-epochs 3 --device cuda "
-        f"--out {tmp_path}/gpu-16/dpdfd-fashion-mnist-paper --quiet")
+        f"--out {tmp_path}/gpu-16/dpdfd-fashion-mnist-paper --quiet "
+        f"--checkpoint-dir {tmp_path}/gpu-16/checkpoints --checkpoint-every 60")
     env = json.loads((tmp_path / "gpu-16" / "env.json").read_text())
     assert env["dataset"] == "fashion-mnist" and env["stages"] == ["dgd", "dpdfd"]
 
 
 def test_bad_options_are_refused(tmp_path: Path) -> None:
     for args in (["--budget-scale", "fast"], ["--stages", "dgd,nope"], ["--bogus"],
-                 ["--dataset", "cifar10"]):
+                 ["--dataset", "cifar10"], ["--checkpoint-every", "0"],
+                 ["--archive-checkpoint-mb", "-1"], ["--resume"]):
         result = _run(tmp_path / "bad", *args, cwd=tmp_path)
         assert result.returncode == 2, args
         assert "paper.sh:" in result.stderr
     result = subprocess.run(["bash", str(SCRIPT), "--tiny"], capture_output=True, text=True,
                             check=False)
     assert result.returncode == 2 and "--out DIR is required" in result.stderr
+
+
+def test_a_later_window_resumes_with_the_first_windows_sweeps(tmp_path: Path) -> None:
+    """--resume: done stages skipped, the rest with --resume, another sweep refused by name."""
+    first = _gpu_commands(tmp_path, 179.0, "--stages", "dgd,dpdfd", "--device", "cpu")
+    out = tmp_path / "gpu-179"
+    assert "--ensemble-steps 300" in first["dgd"]["command"]
+    lines = _stages(out)  # the echo 'ran' every stage: mark dgd and dpdfd as cut short
+    for line in lines:
+        if line["stage"] in ("dgd", "dpdfd"):
+            line.update(exit_status=124, timed_out=True)
+    (out / "stages.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    # the next window has more time (another auto step count) and other --dpdfd-teacher-epochs
+    (out / "ensemble-variants.json").write_text(json.dumps({"auto_timings_ms": {"im2col": 1.0}}))
+    result = _run(out, "--data-dir", str(tmp_path / "data"), "--stages", "dgd,dpdfd",
+                  "--device", "cpu", "--resume", "--dpdfd-teacher-epochs", "5", cwd=tmp_path,
+                  env={"DPKD": "echo dpkd"}, tiny=False)
+    assert result.returncode == 1, result.stderr[-4000:]
+    later = [line for line in _stages(out) if line["window"] == 2]
+    assert [line["stage"] for line in later] == ["env", "dgd", "dpdfd"]
+    dgd, dpdfd = later[1], later[2]
+    assert dgd["exit_status"] == 0 and dgd["command"].endswith(
+        "--checkpoint-every 60 --resume --ensemble-steps 300")  # the first window's count
+    assert "as in the earlier window" in dgd["note"]
+    assert dgd["stdout"] == "logs/dgd.w2.stdout" and (out / "logs" / "dgd.w2.stdout").is_file()
+    assert dpdfd["exit_status"] is None and "--teacher-epochs 3" in dpdfd["note"]
+    assert "refused: an earlier window ran another sweep" in dpdfd["note"]
+    assert (out / "env-window-2.json").is_file()
+    # a third window with the first window's options runs dpdfd; dgd is done
+    result = _run(out, "--data-dir", str(tmp_path / "data"), "--stages", "dgd,dpdfd",
+                  "--device", "cpu", "--resume", cwd=tmp_path, env={"DPKD": "echo dpkd"},
+                  tiny=False)
+    assert result.returncode == 0, result.stderr[-4000:]
+    third = [line["stage"] for line in _stages(out) if line["window"] == 3]
+    assert third == ["env", "dpdfd"]
+    assert "dgd: succeeded in an earlier window, skipped" in result.stderr
+
+
+@pytest.mark.slow  # reuses the tiny run's records (its 40 s fixture)
+def test_a_resumed_tiny_run_continues_from_its_checkpoints(
+        tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    shutil.copytree(tiny[0], out)
+    assert sorted(p.name.split("-")[0] for p in (out / "checkpoints").glob("*.pt")) == [
+        "ensemble", "generator", "generator", "student", "teacher", "teacher"]
+    lines = _stages(out)
+    for line in lines:  # as if the dgd stage had been cut after its first run
+        if line["stage"] == "dgd":
+            line["exit_status"] = 124
+    (out / "stages.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    records = (out / "dgd-digits-paper" / "results.jsonl").read_text().splitlines()
+    (out / "dgd-digits-paper" / "results.jsonl").write_text(records[0] + "\n")
+    result = _run(out, "--resume", "--archive", str(tmp_path / "b.tar.gz"),
+                  "--checkpoint-archive", str(tmp_path / "c.tar"), "--archive-checkpoint-mb",
+                  "7", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert [s["stage"] for s in _stages(out) if s["window"] == 2] == ["env", "dgd", "report"]
+    again = _records(out / "dgd-digits-paper")
+    cut = json.loads(records[1])
+    assert len(again) == 2 and again[1]["queries"] == cut["queries"]
+    assert again[1]["test_accuracy"] == cut["test_accuracy"]  # bit-identical on the CPU
+    assert {loop["stage"] for loop in again[1]["resumed_loops"]} == {"ensemble", "teacher",
+                                                                     "generator"}
+    assert "resumed at step" in (out / "logs" / "dgd.w2.stderr").read_text()
+    with tarfile.open(tmp_path / "b.tar.gz") as tar:  # records only: no checkpoint
+        assert not any(name.endswith(".pt") for name in tar.getnames())
+        assert "run/checkpoints/left-out.txt" in tar.getnames()
+    with tarfile.open(tmp_path / "c.tar") as tar:  # the checkpoints within 7 MiB
+        carried = {Path(m.name).name: m.size for m in tar.getmembers()}
+    assert carried and sum(carried.values()) <= 7 * 2**20
+    left_out = (out / "checkpoints" / "left-out.txt").read_text().splitlines()
+    assert len(carried) + len(left_out) == 6
+    assert all("over --archive-checkpoint-mb 7" in line for line in left_out)

@@ -16,8 +16,35 @@
 #
 #   bash benchmarks/gpu/paper.sh --tiny --out /tmp/paper-tiny
 #
+# A later window continues a run that one window did not finish (--resume): unpack the last
+# window's two archives into a folder that .git/info/exclude ignores, carry that folder, and
+# give it as --out (the first window ran with --out out/paper):
+#
+#   mkdir -p .gpurun/out && tar -xzf paper.tar.gz -C .gpurun/out \
+#       && tar -xf paper-ckpt.tar -C .gpurun/out               # here; then carry .gpurun
+#   PYTHONPATH=$PWD:/tmp/site bash benchmarks/gpu/paper.sh --resume --out .gpurun/out/paper \
+#       --data-dir .gpudata/mnist --archive "$OUT/paper.tar.gz" \
+#       --checkpoint-archive "$OUT/paper-ckpt.tar"
+#
 # Options:
-#   --out DIR            work folder for every record (required; must not hold a stages.jsonl)
+#   --out DIR            work folder for every record (required; must not hold a stages.jsonl
+#                        unless --resume)
+#   --resume             continue the run in DIR: a stage that succeeded in an earlier window
+#                        is skipped; the others run again with the same options, their sweeps
+#                        with --resume (the runs in results.jsonl are kept) and each training
+#                        loop from its checkpoint in DIR/checkpoints. A sweep stage whose
+#                        command differs from an earlier window's (other options) is refused
+#                        (recorded as failed): give the options of the first window.
+#   --checkpoint-every S seconds between two checkpoints of a running loop (default 60; every
+#                        sweep gets --checkpoint-dir DIR/checkpoints; a loop also saves when it
+#                        ends and when its stage's timeout sends SIGINT)
+#   --checkpoint-archive FILE   after every stage, re-create FILE = one tar of the checkpoints
+#                        that fit --archive-checkpoint-mb, oldest first (--archive never holds
+#                        checkpoints); the others are listed in DIR/checkpoints/left-out.txt
+#                        and a later window redoes those loops. Unpack it into DIR/.. with the
+#                        archive before --resume.
+#   --archive-checkpoint-mb M   MiB of checkpoints in --checkpoint-archive (default 15: the
+#                        device returns files of 16 MiB at most)
 #   --dataset NAME       mnist (default) or fashion-mnist: every sweep's --dataset and the
 #                        folders' names (issue 30's Fashion-MNIST points: paper 88.2 / 64.9%
 #                        DGD at 1,300 / 27 queries, 89.17 / 90.74% DP-DFD at eps 1 / 10).
@@ -48,9 +75,18 @@
 # Records (all under DIR, written as each stage ends):
 #   env.json             once, first: python, torch, CUDA device, nvidia-smi -L, git commit,
 #                        host, nproc, date, the options and the plan below
-#   stages.jsonl         one line per stage: {stage, command, timeout_s, exit_status, seconds,
-#                        timed_out, expected_s, started, note, stdout, stderr}; exit_status
-#                        null (and "skipped") for a stage the deadline left no time for
+#   env-window-N.json    the same for window N >= 2 of a --resume'd run
+#   stages.jsonl         one line per stage and window: {stage, window, command, timeout_s,
+#                        exit_status, seconds, timed_out, expected_s, started, note, stdout,
+#                        stderr}; exit_status null (and "skipped") for a stage the deadline
+#                        left no time for; logs of window N >= 2 are logs/<stage>.wN.*
+#   checkpoints/         the training loops' checkpoints (as private as the data). At the
+#                        paper presets on MNIST (benchmarks/checkpoint_sizes.py): DGD's
+#                        ensemble 392.6 MiB and DP-DFD's ResNet-34 teacher 162.5 MiB never come
+#                        back (files of 16 MiB at most): those loops must end within one
+#                        window (a checkpoint still serves a later call on the same warm
+#                        machine); DGD's baseline 2.2, each generator 9.8 and the reverse k-NN
+#                        student 8.5 MiB can. checkpoints/left-out.txt names those not carried
 #   logs/<stage>.stdout, logs/<stage>.stderr
 #   ensemble-variants.json   stage 1's JSON (every JSON object its stdout printed, merged in
 #                        order, so a partial run still leaves its per-variant lines)
@@ -165,13 +201,19 @@ STAGES="ensemble,dgd,dpdfd,rknn,report"
 DGD_ENSEMBLE_STEPS=auto
 DPDFD_TEACHER_EPOCHS=3
 GPU_DATASET=mnist
+RESUME=0
+CHECKPOINT_EVERY=60
+ARCHIVE_CHECKPOINT_MB=15
+CHECKPOINT_ARCHIVE=""
 INVOKED_AS="$0 $*"
 
 while (($#)); do
   case $1 in
     --tiny) TINY=1; shift ;;
+    --resume) RESUME=1; shift ;;
     --out|--data-dir|--device|--archive|--budget-scale|--total|--stages|--dgd-ensemble-steps|\
-    --dpdfd-teacher-epochs|--dataset)
+    --dpdfd-teacher-epochs|--dataset|--checkpoint-every|--archive-checkpoint-mb|\
+    --checkpoint-archive)
       (($# >= 2)) || die "$1 needs a value"
       case $1 in
         --out) OUT=$2 ;;
@@ -184,6 +226,9 @@ while (($#)); do
         --dgd-ensemble-steps) DGD_ENSEMBLE_STEPS=$2 ;;
         --dpdfd-teacher-epochs) DPDFD_TEACHER_EPOCHS=$2 ;;
         --dataset) GPU_DATASET=$2 ;;
+        --checkpoint-every) CHECKPOINT_EVERY=$2 ;;
+        --archive-checkpoint-mb) ARCHIVE_CHECKPOINT_MB=$2 ;;
+        --checkpoint-archive) CHECKPOINT_ARCHIVE=$2 ;;
       esac
       shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -201,6 +246,10 @@ done
   || die "--dpdfd-teacher-epochs must be paper or a positive integer"
 [[ $GPU_DATASET =~ ^(mnist|fashion-mnist)$ ]] \
   || die "--dataset must be mnist or fashion-mnist; got $GPU_DATASET"
+[[ $CHECKPOINT_EVERY =~ ^[1-9][0-9]*$ ]] \
+  || die "--checkpoint-every must be whole seconds >= 1; got $CHECKPOINT_EVERY"
+[[ $ARCHIVE_CHECKPOINT_MB =~ ^[0-9]+$ ]] \
+  || die "--archive-checkpoint-mb must be whole MiB >= 0; got $ARCHIVE_CHECKPOINT_MB"
 IFS=, read -r -a SELECTED <<< "$STAGES"
 for s in "${SELECTED[@]}"; do
   [[ " ${ALL_STAGES[*]} " == *" $s "* ]] || die "unknown stage $s in --stages (${ALL_STAGES[*]})"
@@ -210,15 +259,84 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 abspath() { if [[ $1 == /* ]]; then echo "$1"; else echo "$PWD/$1"; fi; }
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-[[ ! -e $OUT/stages.jsonl ]] || die "$OUT/stages.jsonl exists: use a fresh --out folder"
+if ((RESUME)); then
+  [[ -s $OUT/stages.jsonl ]] || die "--resume: $OUT/stages.jsonl is missing or empty (nothing to resume)"
+else
+  [[ ! -e $OUT/stages.jsonl ]] || die "$OUT/stages.jsonl exists: use a fresh --out folder, or --resume"
+fi
 if [[ -n $ARCHIVE ]]; then ARCHIVE=$(abspath "$ARCHIVE"); mkdir -p "$(dirname "$ARCHIVE")"; fi
+if [[ -n $CHECKPOINT_ARCHIVE ]]; then
+  CHECKPOINT_ARCHIVE=$(abspath "$CHECKPOINT_ARCHIVE"); mkdir -p "$(dirname "$CHECKPOINT_ARCHIVE")"
+  case $CHECKPOINT_ARCHIVE in "$OUT"/*) die "--checkpoint-archive must be outside --out" ;; esac
+fi
 if [[ -n $DATA_DIR ]]; then DATA_DIR=$(abspath "$DATA_DIR"); else DATA_DIR=$ROOT/.gpudata/$GPU_DATASET; fi
 cd "$ROOT"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python3}
 read -r -a DPKD <<< "${DPKD:-$PY -m dpkd_audit.cli.main}"
 LOGS=$OUT/logs
-mkdir -p "$LOGS"
+CHECKPOINTS=$OUT/checkpoints
+mkdir -p "$LOGS" "$CHECKPOINTS"
+
+# stages_query WHAT [STAGE]: read stages.jsonl (earlier windows) -
+#   window: the next window's number; done STAGE: exit 0 if STAGE succeeded in an earlier
+#   window; command STAGE: the last command STAGE really ran (not a PAPER_SH_FAIL_STAGE false)
+stages_query() {
+  "$PY" - "$OUT/stages.jsonl" "$@" <<'PYEOF'
+import json, sys
+path, what, *rest = sys.argv[1:]
+lines = [json.loads(line) for line in open(path) if line.strip()]
+if what == "window":
+    print(1 + max((line.get("window", 1) for line in lines), default=0))
+elif what == "done":
+    sys.exit(0 if any(l["stage"] == rest[0] and l["exit_status"] == 0 for l in lines) else 1)
+elif what == "command":
+    ran = [l["command"] for l in lines if l["stage"] == rest[0]
+           and l["exit_status"] is not None and l["command"] != "false"]
+    print(ran[-1] if ran else "")
+PYEOF
+}
+
+# same_sweep A B: exit 0 if command lines A and B run the same sweep (paths, --resume and the
+# interpreter aside: a later window may run from another folder)
+same_sweep() {
+  "$PY" - "$1" "$2" <<'PYEOF'
+import shlex, sys
+def key(line):
+    words = shlex.split(line)
+    words = words[words.index("sweep"):] if "sweep" in words else words
+    out, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in ("--out", "--data-dir", "--checkpoint-dir"):
+            skip = True
+        elif word != "--resume":
+            out.append(word)
+    return out
+sys.exit(0 if key(sys.argv[1]) == key(sys.argv[2]) else 1)
+PYEOF
+}
+
+WINDOW=1
+if ((RESUME)); then
+  WINDOW=$(stages_query window) || die "--resume: cannot read $OUT/stages.jsonl"
+fi
+SUFFIX=""
+ENV_JSON=env.json
+((WINDOW == 1)) || { SUFFIX=".w$WINDOW"; ENV_JSON=env-window-$WINDOW.json; }
+
+# wanted STAGE: selected, and not done in an earlier window (--resume)
+wanted() {
+  selected "$1" || return 1
+  if ((RESUME)) && stages_query done "$1"; then
+    echo "== $1: succeeded in an earlier window, skipped" >&2
+    return 1
+  fi
+}
+# the checkpoint flags of every sweep (and --resume in a later window)
+SWEEP_CKPT=(--checkpoint-dir "$CHECKPOINTS" --checkpoint-every "$CHECKPOINT_EVERY")
+((RESUME)) && SWEEP_CKPT+=(--resume)
 
 if ((TINY)); then
   DEVICE=cpu
@@ -253,39 +371,73 @@ elapsed() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", b - a}'; }
 # The archive is written outside DIR (an archive inside DIR is left out of itself), then put in
 # place by a rename, so FILE is always a whole archive even if the machine stops mid-write.
 make_archive() {
-  [[ -n $ARCHIVE ]] || return 0
+  [[ -n $ARCHIVE || -n $CHECKPOINT_ARCHIVE ]] || return 0
   local tmp rc=0
-  local -a exclude=()
-  tmp=$(mktemp "${TMPDIR:-/tmp}/paper-sh-archive.XXXXXX") \
-    || { echo "paper.sh: no temporary file for the archive" >&2; return 0; }
-  case $ARCHIVE in "$OUT"/*) exclude=(--exclude="$(basename "$ARCHIVE")"
-                                      --exclude="$(basename "$ARCHIVE").partial") ;; esac
-  tar -czf "$tmp" "${exclude[@]}" -C "$(dirname "$OUT")" "$(basename "$OUT")" || rc=$?
-  if ((rc <= 1)) && [[ -s $tmp ]]; then  # 1: a file changed while read; the archive is there
-    cp "$tmp" "$ARCHIVE.partial" && mv -f "$ARCHIVE.partial" "$ARCHIVE" \
-      || echo "paper.sh: could not write $ARCHIVE" >&2
-  else
-    echo "paper.sh: could not write $ARCHIVE (tar exit $rc)" >&2
+  local -a exclude=(--exclude="*.pt" --exclude="*.pt.tmp")  # checkpoints: their own archive
+  # the checkpoints that fit --archive-checkpoint-mb (oldest first), the rest listed
+  "$PY" - "$CHECKPOINTS" "$ARCHIVE_CHECKPOINT_MB" "$CHECKPOINT_ARCHIVE" \
+    > "$CHECKPOINTS/chosen.txt" <<'PYEOF' || echo "paper.sh: could not list the checkpoints" >&2
+import os, sys
+folder, mib, archive = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+paths = sorted((os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".pt")),
+               key=os.path.getmtime)
+total = 0
+with open(os.path.join(folder, "left-out.txt"), "w") as left:
+    for path in paths:
+        size = os.path.getsize(path)
+        if archive and total + size <= mib * 2**20:
+            total += size
+            print(os.path.basename(path))
+        else:
+            why = (f"over --archive-checkpoint-mb {mib} with the others" if archive
+                   else "no --checkpoint-archive")
+            left.write(f"{os.path.basename(path)} {size} bytes: {why}; not carried, a later "
+                       "window redoes this loop\n")
+PYEOF
+  if [[ -n $ARCHIVE ]]; then
+    tmp=$(mktemp "${TMPDIR:-/tmp}/paper-sh-archive.XXXXXX") \
+      || { echo "paper.sh: no temporary file for the archive" >&2; return 0; }
+    case $ARCHIVE in "$OUT"/*) exclude+=(--exclude="$(basename "$ARCHIVE")"
+                                         --exclude="$(basename "$ARCHIVE").partial") ;; esac
+    tar -czf "$tmp" "${exclude[@]}" -C "$(dirname "$OUT")" "$(basename "$OUT")" || rc=$?
+    if ((rc <= 1)) && [[ -s $tmp ]]; then  # 1: a file changed while read; the archive is there
+      cp "$tmp" "$ARCHIVE.partial" && mv -f "$ARCHIVE.partial" "$ARCHIVE" \
+        || echo "paper.sh: could not write $ARCHIVE" >&2
+    else
+      echo "paper.sh: could not write $ARCHIVE (tar exit $rc)" >&2
+    fi
+    rm -f "$tmp"
   fi
-  rm -f "$tmp"
+  if [[ -n $CHECKPOINT_ARCHIVE ]]; then  # plain tar: weights do not compress
+    rc=0
+    tar -cf "$CHECKPOINT_ARCHIVE.partial" -C "$(dirname "$OUT")" \
+      -T <(sed "s|^|$(basename "$OUT")/checkpoints/|" "$CHECKPOINTS/chosen.txt") || rc=$?
+    if ((rc <= 1)); then
+      mv -f "$CHECKPOINT_ARCHIVE.partial" "$CHECKPOINT_ARCHIVE"
+    else
+      echo "paper.sh: could not write $CHECKPOINT_ARCHIVE (tar exit $rc)" >&2
+      rm -f "$CHECKPOINT_ARCHIVE.partial"
+    fi
+  fi
 }
 
 # record STAGE COMMAND TIMEOUT EXIT SECONDS TIMED_OUT STARTED NOTE: one line of stages.jsonl
 record() {
   "$PY" -c '
 import json, sys
-stage, command, timeout, status, seconds, timed_out, started, note, expected, logs = sys.argv[1:]
-line = {"stage": stage, "command": command, "timeout_s": int(timeout),
+stage, command, timeout, status, seconds, timed_out, started, note, expected, logs, window, \
+    suffix = sys.argv[1:]
+line = {"stage": stage, "window": int(window), "command": command, "timeout_s": int(timeout),
         "exit_status": None if status == "" else int(status),
         "seconds": float(seconds), "timed_out": timed_out == "1",
         "expected_s": float(expected), "started": started, "note": note or None}
 if status == "":
     line["skipped"] = note
 if stage != "env":
-    line["stdout"] = f"{logs}/{stage}.stdout"  # relative to DIR
-    line["stderr"] = f"{logs}/{stage}.stderr"
+    line["stdout"] = f"{logs}/{stage}{suffix}.stdout"  # relative to DIR
+    line["stderr"] = f"{logs}/{stage}{suffix}.stderr"
 print(json.dumps(line))
-' "$@" "${EXPECTED[$1]}" logs >> "$OUT/stages.jsonl" \
+' "$@" "${EXPECTED[$1]}" logs "$WINDOW" "$SUFFIX" >> "$OUT/stages.jsonl" \
     || echo "paper.sh: could not record stage $1 in $OUT/stages.jsonl" >&2
 }
 
@@ -324,9 +476,20 @@ run_stage() {
     note="${note:+$note; }PAPER_SH_FAIL_STAGE: replaced by false, was: $(quote_command "${cmd[@]}")"
     cmd=(false)
   fi
-  local command
+  local command previous
   command=$(quote_command "${cmd[@]}")
   started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  if ((RESUME)) && [[ " dgd dpdfd rknn " == *" $stage "* ]]; then
+    previous=$(stages_query command "$stage")
+    if [[ -n $previous && $command != false ]] && ! same_sweep "$previous" "$command"; then
+      echo "== $stage: refused, its sweep differs from an earlier window's: $previous" >&2
+      record "$stage" "$command" 0 "" 0 0 "$started" \
+        "refused: an earlier window ran another sweep into the same folder ($previous); give the first window's options"
+      FAILED=1
+      make_archive
+      return 0
+    fi
+  fi
   if ((clamped && limit < 5)); then
     echo "== $stage: skipped, no time left before the deadline" >&2
     record "$stage" "$command" "$((limit < 0 ? 0 : limit))" "" 0 0 "$started" \
@@ -338,7 +501,7 @@ run_stage() {
   echo "== $stage (timeout ${limit} s): $command" >&2
   t0=$(now)
   timeout --signal=INT --kill-after=10 "$limit" "${cmd[@]}" \
-    >"$LOGS/$stage.stdout" 2>"$LOGS/$stage.stderr" </dev/null || rc=$?
+    >"$LOGS/$stage$SUFFIX.stdout" 2>"$LOGS/$stage$SUFFIX.stderr" </dev/null || rc=$?
   t1=$(now)
   local seconds
   seconds=$(elapsed "$t0" "$t1")
@@ -347,7 +510,7 @@ run_stage() {
   fi
   ((rc == 0)) || FAILED=1
   echo "== $stage: exit $rc$( ((timed_out)) && echo ' (timed out)') after $seconds s" >&2
-  if ((rc != 0)); then tail -n 5 "$LOGS/$stage.stderr" >&2 || true; fi
+  if ((rc != 0)); then tail -n 5 "$LOGS/$stage$SUFFIX.stderr" >&2 || true; fi
   record "$stage" "$command" "$limit" "$rc" "$seconds" "$timed_out" "$started" "$note"
   make_archive
 }
@@ -415,27 +578,27 @@ if device.startswith("cuda"):
     except Exception as exc:  # recorded: the stages will say the rest
         info["torch_error"] = repr(exc)
 print(json.dumps(info, indent=2))
-' > "$OUT/env.json.partial" 2> "$LOGS/env.stderr"
+' > "$OUT/$ENV_JSON.partial" 2> "$LOGS/env$SUFFIX.stderr"
 }
 t0=$(now)
 env_started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 env_rc=0
 write_env || env_rc=$?
 if ((env_rc == 0)); then
-  mv -f "$OUT/env.json.partial" "$OUT/env.json"
+  mv -f "$OUT/$ENV_JSON.partial" "$OUT/$ENV_JSON"
 else
-  echo "paper.sh: env.json failed (exit $env_rc), see $LOGS/env.stderr" >&2
+  echo "paper.sh: $ENV_JSON failed (exit $env_rc), see $LOGS/env$SUFFIX.stderr" >&2
   printf '{"error": "env collection exited %s", "date": "%s", "hostname": "%s"}\n' \
     "$env_rc" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(hostname 2>/dev/null || echo unknown)" \
-    > "$OUT/env.json"
-  rm -f "$OUT/env.json.partial"
+    > "$OUT/$ENV_JSON"
+  rm -f "$OUT/$ENV_JSON.partial"
 fi
-record env "$PY -c <env.json>" "$(scaled "${TIMEOUT[env]}")" "$env_rc" "$(elapsed "$t0" "$(now)")" \
+record env "$PY -c <$ENV_JSON>" "$(scaled "${TIMEOUT[env]}")" "$env_rc" "$(elapsed "$t0" "$(now)")" \
   "$((env_rc == 124))" "$env_started" ""
 make_archive
 
 # ---- 1: ensemble kernel variants ----------------------------------------------------------------
-if selected ensemble; then
+if wanted ensemble; then
   if ((TINY)); then
     ens=(--device cpu --teachers 4 --widths 4,8 --batch-size 8 --steps 2 --threads 2)
   else
@@ -459,17 +622,27 @@ while True:
         merged.update(obj)
 if merged:
     json.dump(merged, open(sys.argv[2], "w"), indent=2)
-' "$LOGS/ensemble.stdout" "$OUT/ensemble-variants.json" || true
+' "$LOGS/ensemble$SUFFIX.stdout" "$OUT/ensemble-variants.json" || true
   make_archive
 fi
 
 # ---- 2: DGD, published, 1,300 and 27 queries (one sweep: generator, VAE, ensemble shared) -------
-if selected dgd; then
+if wanted dgd; then
   dgd=(sweep dgd --dataset "$DATASET" "${DATA_ARGS[@]}" --preset paper --modes published
-       --queries 1300,27 --device "$DEVICE" --out "$OUT/dgd-$DATASET-paper" --quiet)
+       --queries 1300,27 --device "$DEVICE" --out "$OUT/dgd-$DATASET-paper" --quiet
+       "${SWEEP_CKPT[@]}")
   dgd_note=""
   if ((TINY)); then
     dgd+=(--teachers 4 --ensemble-steps 2 --generator-steps 2 --student-steps 2 --synthetic 1302)
+  elif ((RESUME)) && [[ $DGD_ENSEMBLE_STEPS == auto && -n $(stages_query command dgd) ]]; then
+    # the earlier window's choice: another step count would be another sweep (refused)
+    previous=$(stages_query command dgd)
+    if [[ $previous =~ --ensemble-steps\ ([0-9]+) ]]; then
+      dgd+=(--ensemble-steps "${BASH_REMATCH[1]}")
+      dgd_note="--ensemble-steps ${BASH_REMATCH[1]} as in the earlier window (--resume)"
+    else
+      dgd_note="the paper preset's ensemble steps, as in the earlier window (--resume)"
+    fi
   elif [[ $DGD_ENSEMBLE_STEPS =~ ^[0-9]+$ ]]; then
     dgd+=(--ensemble-steps "$DGD_ENSEMBLE_STEPS")
     dgd_note="--ensemble-steps $DGD_ENSEMBLE_STEPS given by --dgd-ensemble-steps"
@@ -515,7 +688,7 @@ else:
 fi
 
 # ---- 3: DP-DFD, published, per-label epsilon 1 and 10 --------------------------------------------
-if selected dpdfd; then
+if wanted dpdfd; then
   dpdfd=(sweep dpdfd --dataset "$DATASET" "${DATA_ARGS[@]}" --preset paper --epsilons 1,10)
   dpdfd_note=""
   if ((TINY)); then
@@ -525,15 +698,15 @@ if selected dpdfd; then
     dpdfd_note="--teacher-epochs $DPDFD_TEACHER_EPOCHS instead of the paper preset's 10: the"
     dpdfd_note+=" preset's ~220 s (estimate) does not fit the stage's timeout"
   fi
-  dpdfd+=(--device "$DEVICE" --out "$OUT/dpdfd-$DATASET-paper" --quiet)
+  dpdfd+=(--device "$DEVICE" --out "$OUT/dpdfd-$DATASET-paper" --quiet "${SWEEP_CKPT[@]}")
   run_stage dpdfd "$dpdfd_note" "${DPKD[@]}" "${dpdfd[@]}"
 fi
 
 # ---- 4: reverse k-NN, central epsilon 0.1 ------------------------------------------------------
-if selected rknn; then
+if wanted rknn; then
   rknn=(sweep rknn --dataset "$DATASET" "${DATA_ARGS[@]}" --preset paper --epsilons 0.1)
   if ((TINY)); then rknn+=(--student-epochs 1 --encoder-epochs 1); fi
-  rknn+=(--device "$DEVICE" --out "$OUT/rknn-$DATASET-paper" --quiet)
+  rknn+=(--device "$DEVICE" --out "$OUT/rknn-$DATASET-paper" --quiet "${SWEEP_CKPT[@]}")
   run_stage rknn "" "${DPKD[@]}" "${rknn[@]}"
 fi
 
@@ -560,8 +733,10 @@ for line in open(sys.argv[1]):
     status = "skipped" if r["exit_status"] is None else str(r["exit_status"])
     flags = " TIMED OUT" if r["timed_out"] else ""
     note = "  (%s)" % r["note"] if r["note"] else ""
+    window = r.get("window", 1)
+    stage = r["stage"] if window == 1 else "%s w%d" % (r["stage"], window)
     print("%-9s exit %7s %8.1f s of %4d s (est. %g s)%s%s" % (
-        r["stage"], status, r["seconds"], r["timeout_s"], r["expected_s"], flags, note))
+        stage, status, r["seconds"], r["timeout_s"], r["expected_s"], flags, note))
 ' "$OUT/stages.jsonl" >&2 || true
 echo "== total $(( $(date +%s) - START )) s" >&2
 exit "$FAILED"

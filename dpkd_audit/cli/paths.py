@@ -19,6 +19,7 @@ __all__ = ["PATH_ARGUMENTS", "check_output_dir", "check_path_arguments", "output
 PATH_ARGUMENTS: dict[str, str] = {
     "out": "--out", "ledger": "--ledger", "data_dir": "--data-dir", "plot": "--plot",
     "plan": "--plan", "records": "RECORDS", "paths": "PATH", "path": "PATH",
+    "checkpoint_dir": "--checkpoint-dir",
 }
 
 

@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from dpkd_audit.cli.checkpoints import add_checkpoint_arguments
 from dpkd_audit.cli.dgd import add_dgd_parsers
 from dpkd_audit.cli.dpdfd import add_dpdfd_parsers
 from dpkd_audit.cli.rknn import add_rknn_parsers
@@ -31,6 +32,8 @@ def add_pipeline_parsers(sub: argparse._SubParsersAction) -> None:
     add_rknn_parsers(run_methods, sweep_methods)
     add_dpdfd_parsers(run_methods, sweep_methods)
     add_dgd_parsers(run_methods, sweep_methods)
+    for parser in (*run_methods.choices.values(), *sweep_methods.choices.values()):
+        add_checkpoint_arguments(parser)
 
     p = sub.add_parser(
         "results",

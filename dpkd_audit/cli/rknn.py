@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dpkd_audit.cli.checkpoints import resumed_fields
 from dpkd_audit.cli.paths import output_file
 from dpkd_audit.cli.sweeps import (
     EVALUATOR_FILE,
@@ -159,7 +160,7 @@ def _cmd_run_rknn(args: argparse.Namespace) -> int:
                                       "config": config.to_dict(), "provenance": provenance()})
     result = run(config, ledger=ledger, rng=release_rng(config), device=args.device,
                  splits=checked[splits_key(config)], progress=not args.quiet)
-    record = result.to_record(command=command)
+    record = {**result.to_record(command=command), **resumed_fields()}
     _write_json(out / "result.json", record)
     _write_json(out / EVALUATOR_FILE, result.to_evaluator_record(command=command))
     if args.json:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dpkd_audit.cli.arguments import add_executor_arguments, choice_list
+from dpkd_audit.cli.checkpoints import resumed_fields
 from dpkd_audit.cli.names import TEACHER_ARCHITECTURES
 from dpkd_audit.cli.paths import output_dir, output_file
 from dpkd_audit.cli.sweep_ledger import add_ledger_arguments, reserve_sweep_budget
@@ -229,7 +230,7 @@ def run_sweep(args: argparse.Namespace, *, base: Any, configs: list[Any],
 
 
 def _records_of(result: Any, command: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    record = result.to_record(command=command)
+    record = {**result.to_record(command=command), **resumed_fields()}
     evaluator = (result.to_evaluator_record(command=command)
                  if hasattr(result, "to_evaluator_record") else None)
     return record, evaluator
@@ -414,7 +415,7 @@ def run_single(args: argparse.Namespace, config: Any, *, pipeline: Any,
     result = pipeline.run(config, ledger=ledger, rng=pipeline.label_rng(config),
                           device=args.device, data=data[config.dataset],
                           progress=not args.quiet)
-    record = result.to_record(command=command)
+    record = {**result.to_record(command=command), **resumed_fields()}
     _write_json(out / "result.json", record)
     if args.json:
         print(json.dumps(record, indent=2))

@@ -59,6 +59,7 @@ from torch import nn
 from dpkd_audit import _validate
 from dpkd_audit.devices import resolve_device
 from dpkd_audit.pipelines import limits
+from dpkd_audit.pipelines.common.checkpoint import LoopCheckpoint, fingerprint, loop_checkpoint
 from dpkd_audit.pipelines.common.config import parse_enum
 from dpkd_audit.pipelines.common.progress import progress_counter
 from dpkd_audit.pipelines.common.student import StudentConfig, augment_batch
@@ -512,11 +513,14 @@ def train_ensemble(images: np.ndarray, labels: np.ndarray, shards: np.ndarray, *
         optimizer, lambda step: max(0.0, 1.0 - step / config.steps))
     bar = progress_counter(enabled=progress, desc="teacher ensemble", total=config.steps,
                            unit="step")
+    checkpoint = loop_checkpoint("ensemble", lambda: {
+        "config": dataclasses.asdict(config), "seed": seed, "num_classes": num_classes,
+        "data": fingerprint(images, labels, shards)})
     ensemble.train()
-    with cuda_settings(device):
+    with cuda_settings(device), checkpoint:
         _train_steps(ensemble, optimizer, schedule, bar, generator=generator, order=order,
                      offsets=offsets, sizes=sizes_t, x_all=x_all, y_all=y_all, config=config,
-                     device=device)
+                     device=device, checkpoint=checkpoint)
         bar.close()
         ensemble.eval()
         accuracy = _teacher_accuracy(ensemble, test_images, test_labels, device)
@@ -529,20 +533,36 @@ def _train_steps(ensemble: TeacherEnsemble, optimizer: torch.optim.Optimizer,
                  schedule: torch.optim.lr_scheduler.LRScheduler, bar: Any, *,
                  generator: torch.Generator, order: torch.Tensor, offsets: torch.Tensor,
                  sizes: torch.Tensor, x_all: torch.Tensor, y_all: torch.Tensor,
-                 config: EnsembleConfig, device: torch.device) -> None:
+                 config: EnsembleConfig, device: torch.device,
+                 checkpoint: LoopCheckpoint) -> None:
     """``config.steps`` Adam steps of every teacher on its own mini-batches.
 
     The loss is the sum over teachers of each teacher's mean cross-entropy, so teacher t's
     gradient is its own run's. The ``LOOP`` kernel computes it teacher by teacher (forward and
     backward of one small model while its activations are in cache), writing each teacher's
-    gradient into its slice of the stacked gradients; one Adam step then updates all.
+    gradient into its slice of the stacked gradients; one Adam step then updates all. The
+    loop starts at the step ``checkpoint`` reached and saves its state there.
     """
     n, b = ensemble.num_teachers, config.batch_size
     loop = ensemble.kernel is EnsembleKernel.LOOP
     if loop:
         for parameter in ensemble.parameters():
             parameter.grad = torch.zeros_like(parameter)
-    for step in range(config.steps):
+
+    def state() -> dict[str, Any]:
+        return {"model": ensemble.state_dict(), "optimizer": optimizer.state_dict(),
+                "schedule": schedule.state_dict(), "rng": generator.get_state()}
+
+    start = 0
+    loaded = checkpoint.load()
+    if loaded is not None:
+        start, saved = loaded
+        ensemble.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        schedule.load_state_dict(saved["schedule"])
+        generator.set_state(saved["rng"])
+        bar.update(start)
+    for step in range(start, config.steps):
         index = draw_minibatches(generator, order, offsets, sizes, b).to(device)  # (n, b)
         x = x_all[index]                                                  # (n, b, h, w)
         if config.augment:
@@ -564,6 +584,7 @@ def _train_steps(ensemble: TeacherEnsemble, optimizer: torch.optim.Optimizer,
                                          f"lower learning_rate ({config.learning_rate})")
             bar.set_postfix(loss=f"{float(loss.detach()) / n:.3f}", refresh=False)
         bar.update(1)
+        checkpoint.step_done(step + 1, config.steps, state)
 
 
 def _loop_gradients(ensemble: TeacherEnsemble, x: torch.Tensor,

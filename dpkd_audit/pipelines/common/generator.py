@@ -68,6 +68,7 @@ from torch import nn
 from dpkd_audit import _validate
 from dpkd_audit.devices import resolve_device
 from dpkd_audit.pipelines import limits
+from dpkd_audit.pipelines.common.checkpoint import fingerprint, loop_checkpoint
 from dpkd_audit.pipelines.common.config import parse_enum
 from dpkd_audit.pipelines.common.progress import TailMeans, progress_counter
 from dpkd_audit.pipelines.common.teacher import penultimate_features
@@ -522,6 +523,8 @@ class GeneratorTrainer:
             raise ValueError("config.beta > 0 needs a teacher with BatchNorm layers (their "
                              "running statistics); this teacher has none: set beta=0")
         self.rng = torch.Generator().manual_seed(seed)
+        self.seed, self.image_shape, self.pixel_scale = seed, tuple(image_shape), \
+            None if pixel_scale is None else [float(v) for v in pixel_scale]
         with torch.device("meta"):
             generator = DaflGenerator(latent_dim=config.latent_dim, width=config.width,
                                       image_shape=tuple(image_shape), output=config.output,
@@ -564,9 +567,32 @@ class GeneratorTrainer:
         sums = TailMeans(steps=steps)
         bar = progress_counter(enabled=progress, desc=desc, total=steps, unit="step")
         config = self.config
-        with _frozen(self.teacher):
+        checkpoint = loop_checkpoint(desc, lambda: {
+            "config": fingerprint(config), "seed": self.seed, "num_classes": self.num_classes,
+            "image_shape": list(self.image_shape), "pixel_scale": self.pixel_scale,
+            "steps": steps, "learning_rate": lr, "steps_before": before,
+            "generator_before": fingerprint(self.generator),
+            "teacher": fingerprint(self.teacher),
+            "statistics": _statistics_fingerprint(self._bn)})
+
+        def state() -> dict[str, Any]:
+            return {"generator": self.generator.state_dict(),
+                    "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
+                    "rng": self.rng.get_state(), "tail_means": dict(sums.means)}
+
+        first = 0
+        loaded = checkpoint.load()
+        if loaded is not None:
+            first, saved = loaded
+            self.generator.load_state_dict(saved["generator"])
+            optimizer.load_state_dict(saved["optimizer"])
+            schedule.load_state_dict(saved["schedule"])
+            self.rng.set_state(saved["rng"])
+            sums.means = dict(saved["tail_means"])
+            bar.update(first)
+        with _frozen(self.teacher), checkpoint:
             self.generator.train()
-            for step in range(steps):
+            for step in range(first, steps):
                 z = torch.randn(config.batch_size, config.latent_dim, generator=self.rng) \
                     .to(self.device)
                 loss, terms = generator_loss(self.teacher, self.generator(z), config, self._bn)
@@ -582,6 +608,7 @@ class GeneratorTrainer:
                 if step % 20 == 0 or step == steps - 1:
                     bar.set_postfix(loss=f"{float(loss.detach()):.3f}", refresh=False)
                 bar.update(1)
+                checkpoint.step_done(step + 1, steps, state)
             bar.close()
         self.generator.eval()
         self.steps_taken += steps
@@ -605,6 +632,18 @@ class GeneratorTrainer:
                           "of the teacher; take fewer steps or a lower learning_rate "
                           f"({self.config.learning_rate})", RuntimeWarning, stacklevel=2)
         return result
+
+
+def _statistics_fingerprint(term: StatisticsTerm | None) -> str:
+    """Fingerprint of what a statistics term matches the generator to.
+
+    Released (or exact) feature statistics; none for :class:`BnStatistics`, whose reference is
+    the teacher's BatchNorm buffers, fingerprinted with the teacher.
+    """
+    reference = getattr(term, "reference", None)
+    return fingerprint(None if reference is None else
+                       (type(term).__name__, reference.means, reference.variances,
+                        reference.pixel_statistics))
 
 
 def fit_generator(teacher: nn.Module, *, image_shape: tuple[int, int], num_classes: int,

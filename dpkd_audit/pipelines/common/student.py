@@ -42,6 +42,7 @@ from torch import nn
 from dpkd_audit import _validate
 from dpkd_audit.devices import resolve_device
 from dpkd_audit.pipelines import limits
+from dpkd_audit.pipelines.common.checkpoint import fingerprint, loop_checkpoint
 from dpkd_audit.pipelines.common.progress import progress_counter
 
 __all__ = [
@@ -498,31 +499,66 @@ def fit_classifier(build: Callable[[tuple[int, int], torch.Generator], nn.Module
     accuracies: list[float] = []
     losses: list[float] = []
     bar = progress_counter(enabled=progress, desc=desc, total=config.epochs, unit="epoch")
-    for epoch in range(config.epochs):
-        model.train()
-        order = torch.randperm(n, generator=generator)
-        total = torch.zeros((), device=device)
-        for batch in order.tensor_split(steps):
-            batch = batch.to(device)
-            xb = x_train[batch]
-            if config.augment:
-                xb = augment_batch(xb, generator, config)
-            loss = F.cross_entropy(model(xb), y_train[batch], label_smoothing=smoothing)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            total += loss.detach() * batch.shape[0]
-        mean_loss = float(total) / n
-        if not math.isfinite(mean_loss):
-            raise FloatingPointError(f"training loss became {mean_loss} in epoch {epoch + 1}; "
-                                     f"lower the learning rate ({config.learning_rate})")
-        predictions = _predict_tensor(model, x_test, 1024).argmax(dim=1)
-        accuracy = int((predictions == y_test).sum()) / len(test_labels)
-        losses.append(mean_loss)
-        accuracies.append(accuracy)
-        bar.set_postfix(loss=f"{mean_loss:.4f}", acc=f"{accuracy:.4f}", refresh=False)
-        bar.update(1)
+    checkpoint = loop_checkpoint(desc, lambda: {
+        "config": fingerprint(config), "seed": seed, "num_classes": num_classes,
+        "data": fingerprint(train_images, targets), "initial_model": fingerprint(model)})
+    # Where the loop is inside an epoch: its batch order, the next batch, the loss sum so far.
+    epoch_state: dict[str, Any] = {"order": None, "batch": 0, "total": None}
+
+    def state() -> dict[str, Any]:
+        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "schedule": schedule.state_dict(), "rng": generator.get_state(),
+                "accuracies": list(accuracies), "losses": list(losses),
+                "order": epoch_state["order"], "batch": epoch_state["batch"],
+                "total": None if epoch_state["total"] is None
+                else epoch_state["total"].detach().cpu()}
+
+    loaded = checkpoint.load()
+    if loaded is not None:
+        _, saved = loaded
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        schedule.load_state_dict(saved["schedule"])
+        generator.set_state(saved["rng"])
+        accuracies[:], losses[:] = saved["accuracies"], saved["losses"]
+        epoch_state.update(order=saved["order"], batch=saved["batch"], total=saved["total"])
+        bar.update(len(accuracies))
+    total_steps = config.epochs * steps
+    with checkpoint:
+        for epoch in range(len(accuracies), config.epochs):
+            model.train()
+            if epoch_state["order"] is None:
+                epoch_state.update(order=torch.randperm(n, generator=generator), batch=0,
+                                   total=torch.zeros(()))
+            batches = epoch_state["order"].tensor_split(steps)
+            total = epoch_state["total"] = epoch_state["total"].to(device)
+            for b in range(epoch_state["batch"], steps):
+                batch = batches[b].to(device)
+                xb = x_train[batch]
+                if config.augment:
+                    xb = augment_batch(xb, generator, config)
+                loss = F.cross_entropy(model(xb), y_train[batch], label_smoothing=smoothing)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                schedule.step()
+                total += loss.detach() * batch.shape[0]
+                if b + 1 < steps:  # the epoch's last step is saved with its accuracy
+                    epoch_state["batch"] = b + 1
+                    checkpoint.step_done(epoch * steps + b + 1, total_steps, state)
+            mean_loss = float(total) / n
+            if not math.isfinite(mean_loss):
+                raise FloatingPointError(f"training loss became {mean_loss} in epoch "
+                                         f"{epoch + 1}; lower the learning rate "
+                                         f"({config.learning_rate})")
+            losses.append(mean_loss)
+            predictions = _predict_tensor(model, x_test, 1024).argmax(dim=1)
+            accuracies.append(int((predictions == y_test).sum()) / len(test_labels))
+            bar.set_postfix(loss=f"{losses[-1]:.4f}", acc=f"{accuracies[-1]:.4f}",
+                            refresh=False)
+            bar.update(1)
+            epoch_state.update(order=None, batch=0, total=None)
+            checkpoint.step_done((epoch + 1) * steps, total_steps, state)
     bar.close()
     model.eval()
     return StudentResult(test_accuracy=accuracies[-1], test_accuracy_per_epoch=accuracies,
