@@ -264,3 +264,14 @@ def test_a_ray_sweep_refuses_a_checkpoint_folder(tmp_path: Path, capsys) -> None
                  str(tmp_path / "ck"), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert "--checkpoint-dir works with --executor local only" in capsys.readouterr().err
     assert not (tmp_path / "ck").exists() and not (tmp_path / "o").exists()
+
+
+def test_a_generator_call_without_checkpoint_writes_none(tmp_path: Path) -> None:
+    teacher = build_student((8, 8), 3, 4, generator=torch.Generator().manual_seed(1)).eval()
+    trainer = GeneratorTrainer(teacher, image_shape=(8, 8), num_classes=3, seed=0, device="cpu",
+                               config=GeneratorConfig(width=8, steps=2, batch_size=4, beta=0.0))
+    with single_thread(), Checkpoints(tmp_path):
+        trainer.train(2, checkpoint=False)
+        assert not _files(tmp_path)
+        trainer.train(2)
+        assert len(_files(tmp_path)) == 1

@@ -62,7 +62,7 @@ from torch import nn
 from dpkd_audit import provenance
 
 __all__ = ["Checkpoints", "LoopCheckpoint", "active_checkpoints", "code_identity",
-           "fingerprint", "loop_checkpoint"]
+           "fingerprint", "loop_checkpoint", "no_loop_checkpoint"]
 
 #: The format of a checkpoint file (bumped when the header changes).
 FORMAT = 1
@@ -195,8 +195,13 @@ def loop_checkpoint(stage: str, key: Callable[[], Mapping[str, Any]]) -> LoopChe
     """
     checkpoints = active_checkpoints()
     if checkpoints is None:
-        return LoopCheckpoint(None, None, stage=stage, key="")
+        return no_loop_checkpoint(stage, key)
     return checkpoints.loop(stage, key())
+
+
+def no_loop_checkpoint(stage: str, key: Callable[[], Mapping[str, Any]]) -> LoopCheckpoint:
+    """A checkpoint that does nothing, with :func:`loop_checkpoint`'s signature."""
+    return LoopCheckpoint(None, None, stage=stage, key="")
 
 
 class LoopCheckpoint:

@@ -68,7 +68,11 @@ from torch import nn
 from dpkd_audit import _validate
 from dpkd_audit.devices import resolve_device
 from dpkd_audit.pipelines import limits
-from dpkd_audit.pipelines.common.checkpoint import fingerprint, loop_checkpoint
+from dpkd_audit.pipelines.common.checkpoint import (
+    fingerprint,
+    loop_checkpoint,
+    no_loop_checkpoint,
+)
 from dpkd_audit.pipelines.common.config import parse_enum
 from dpkd_audit.pipelines.common.progress import TailMeans, progress_counter
 from dpkd_audit.pipelines.common.teacher import penultimate_features
@@ -537,12 +541,15 @@ class GeneratorTrainer:
         self.loss_terms: dict[str, float] = {}
 
     def train(self, steps: int, *, learning_rate: float | None = None, progress: bool = False,
-              desc: str = "generator") -> None:
+              desc: str = "generator", checkpoint: bool = True) -> None:
         """Take ``steps`` Adam steps; :attr:`loss_terms` becomes their last 10%'s means.
 
         The learning rate starts at ``learning_rate`` (default ``config.learning_rate``) and
         follows ``config.schedule`` (constant; a cosine to 0 over these steps; or steps
-        counted over every step the trainer has taken). Adam's moments start afresh.
+        counted over every step the trainer has taken). Adam's moments start afresh. With
+        ``checkpoint`` (default) the loop is checkpointed under an active
+        :class:`~dpkd_audit.pipelines.common.checkpoint.Checkpoints` (named ``desc``); short
+        repeated calls (DP-DFD's fine-tuning after each stage) pass ``False``.
 
         Raises:
             FloatingPointError: If the loss becomes non-finite.
@@ -567,7 +574,7 @@ class GeneratorTrainer:
         sums = TailMeans(steps=steps)
         bar = progress_counter(enabled=progress, desc=desc, total=steps, unit="step")
         config = self.config
-        checkpoint = loop_checkpoint(desc, lambda: {
+        checkpoint = (loop_checkpoint if checkpoint else no_loop_checkpoint)(desc, lambda: {
             "config": fingerprint(config), "seed": self.seed, "num_classes": self.num_classes,
             "image_shape": list(self.image_shape), "pixel_scale": self.pixel_scale,
             "steps": steps, "learning_rate": lr, "steps_before": before,

@@ -479,7 +479,8 @@ def run(config: DpdfdConfig, *, ledger: Ledger, rng: np.random.Generator,
             loss = student.train_stage()
             if config.generator_finetune_steps:
                 trainer.train(config.generator_finetune_steps,
-                              learning_rate=0.1 * trainer.config.learning_rate)
+                              learning_rate=0.1 * trainer.config.learning_rate,
+                              checkpoint=False)  # a few steps per stage: not worth a file
             if stage % evaluate_every == 0 or stage == config.stages:
                 curve.append((stage * config.stage_size,
                               student.accuracy(dataset.test_images, dataset.test_labels)))
