@@ -241,6 +241,7 @@ def test_the_cli_resumes_a_run_and_says_so(tmp_path: Path, capsys) -> None:
         assert main([*argv, "--out", str(tmp_path / "a")]) == 0
         first = json.loads((tmp_path / "a" / "result.json").read_text())
         assert first["resumed_loops"] == []
+        assert "ensemble.num_teachers: 4 (preset: 25)" in first["preset_departures"]
         assert main([*argv, "--out", str(tmp_path / "b")]) == 0
     second = json.loads((tmp_path / "b" / "result.json").read_text())
     assert [loop["stage"] for loop in second["resumed_loops"]] == ["ensemble", "teacher",

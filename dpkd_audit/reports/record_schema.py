@@ -131,6 +131,8 @@ RESULT_FIELDS: dict[str, Field] = {
     "charges": Field("a list of charges", lambda v: isinstance(v, list)),
     "shared_stages": Field("a list of stage names", lambda v: isinstance(v, list) and all(
         isinstance(s, str) for s in v)),
+    "preset_departures": Field("a list of strings", lambda v: isinstance(v, list) and all(
+        isinstance(s, str) for s in v)),
     "stages": Field("an integer >= 1", _integer(1)),
     "classes": Field("an object", lambda v: isinstance(v, Mapping)),
 }

@@ -197,8 +197,9 @@ def table_rows(records: Sequence[Mapping[str, Any]], *,
                         if "epsilon_record_level" in r else None for r in p.records]
         cells = [  # names from records: bounded (clip)
             clip(p.method), clip(p.dataset), clip(p.mode),
-            " / ".join([*(clip(setup[k]) for k in ("representation", "preset")
-                          if setup[k] is not None),
+            " / ".join([*(clip(setup[k]) + (f" {DEPARTS_MARK}" if k == "preset" and any(
+                              r.get("preset_departures") for r in p.records) else "")
+                          for k in ("representation", "preset") if setup[k] is not None),
                         *([] if setup["labels"] is None else [f"Q={setup['labels']}"])]) or "-",
             "-" if setup["clusters"] is None else str(setup["clusters"]),
             "-" if setup["k"] is None else str(setup["k"]),
@@ -417,6 +418,28 @@ def _teacher_note(records: Sequence[Mapping[str, Any]]) -> str | None:
             "approaches; a published teacher is not private): " + "; ".join(rows) + ".")
 
 
+#: Appended to a row's preset when a record of the row departs from it (:func:`_departures_note`).
+DEPARTS_MARK = "(changed)"
+
+
+def _departures_note(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """The settings in which runs depart from their preset (records' ``preset_departures``)."""
+    rows = []
+    for r in sorted(records, key=lambda r: _none_last(
+            (r["method"], r["dataset"], r["mode"], float(r["epsilon"]), r.get("seed")))):
+        departures = r.get("preset_departures")
+        if not departures:
+            continue
+        seed = "" if r.get("seed") is None else f", seed {r['seed']}"
+        rows.append(f"{r['method']} {r['dataset']} {r['mode']} eps={float(r['epsilon']):g}"
+                    f"{seed}: " + ", ".join(clip(d) for d in departures))
+    if not rows:
+        return None
+    return (f"Runs that depart from their preset (marked {DEPARTS_MARK} beside it: a stage cut "
+            "short or a setting changed, compared with the preset for the same run): "
+            + "; ".join(rows) + ".")
+
+
 def _classes_note(records: Sequence[Mapping[str, Any]]) -> str | None:
     """The classes a student misses (records with a ``classes`` block, e.g. DP-DFD's)."""
     rows = []
@@ -507,7 +530,7 @@ def results_overview(paths: Sequence[str | os.PathLike[str]], *,
     out = [markdown_table(records, references=references), "",
            f"{_COLUMNS_NOTE} {seconds_note(records)}", ""]
     for note in (_purity_note(records), _teacher_note(records), _classes_note(records),
-                 _baseline_note(records)):
+                 _baseline_note(records), _departures_note(records)):
         if note:
             out += [note, ""]
     sources = []
@@ -580,7 +603,8 @@ def sweep_readme(records: Sequence[Mapping[str, Any]], *, command: str, title: s
         out += [f"![Accuracy versus epsilon]({plot_name})", ""]
     out += ["## Results", "", markdown_table(checked, references=refs), "",
             f"{_COLUMNS_NOTE} {seconds_note(checked)}", ""]
-    for note in (_teacher_note(checked), _classes_note(checked), _baseline_note(checked)):
+    for note in (_teacher_note(checked), _classes_note(checked), _baseline_note(checked),
+                 _departures_note(checked)):
         if note:
             out += [note, ""]
     if shown:

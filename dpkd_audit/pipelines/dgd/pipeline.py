@@ -72,6 +72,7 @@ from dpkd_audit.errors import BudgetExceededError
 from dpkd_audit.events import event_to_json
 from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms import Gaussian, LaplaceNoisyMax, LatentCodeLaplace
+from dpkd_audit.pipelines.common.config import preset_departures
 from dpkd_audit.pipelines.common.dp_statistics import (
     FeatureStatistics,
     ReferenceStatistics,
@@ -628,6 +629,7 @@ class DgdResult:
                 "delta": plan.delta},
             "seed": config.seed,
             "preset": config.preset.value,
+            "preset_departures": preset_departures(config),
             "device": self.device,
             "ensemble_kernel": self.ensemble_kernel,
             "seconds": dict(self.seconds),

@@ -66,6 +66,7 @@ from dpkd_audit.pipelines.common.class_coverage import (
     class_coverage,
     warn_classes_at_risk,
 )
+from dpkd_audit.pipelines.common.config import preset_departures
 from dpkd_audit.pipelines.common.distill import ReleaseChannel, StagedStudent
 from dpkd_audit.pipelines.common.dp_statistics import (
     FeatureStatistics,
@@ -376,6 +377,7 @@ class DpdfdResult:
                 config.statistics, self.statistics.mechanism, self.statistics),
             "seed": config.seed,
             "preset": config.preset.value,
+            "preset_departures": preset_departures(config),
             "device": self.device,
             "seconds": dict(self.seconds),
             "shared_stages": list(self.shared_stages),

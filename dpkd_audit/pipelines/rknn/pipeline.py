@@ -42,6 +42,7 @@ from dpkd_audit.devices import describe_device, resolve_device
 from dpkd_audit.events import event_to_json
 from dpkd_audit.ledger import Ledger
 from dpkd_audit.mechanisms.rknn import noisy_argmax
+from dpkd_audit.pipelines.common.config import preset_departures
 from dpkd_audit.pipelines.common.progress import StageTimer
 from dpkd_audit.pipelines.common.representations import (
     RepresentationKind,
@@ -346,6 +347,7 @@ class RknnResult:
             "k": cfg.k,
             "representation": cfg.representation.kind.value,
             "preset": cfg.preset.value,
+            "preset_departures": preset_departures(cfg),
             "seed": cfg.seed,
             "device": self.device,
             "mechanisms": list(self.mechanisms),
