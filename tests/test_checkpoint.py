@@ -276,3 +276,17 @@ def test_a_generator_call_without_checkpoint_writes_none(tmp_path: Path) -> None
         assert not _files(tmp_path)
         trainer.train(2)
         assert len(_files(tmp_path)) == 1
+
+
+def test_a_second_sigint_stops_at_once_and_the_handler_is_restored(tmp_path: Path) -> None:
+    before = signal.getsignal(signal.SIGINT)
+    with Checkpoints(tmp_path, every_seconds=1e9) as checkpoints:
+        loop = checkpoints.loop("twice", {"a": 1})
+        with pytest.raises(KeyboardInterrupt), loop:
+            signal.raise_signal(signal.SIGINT)  # held
+            signal.raise_signal(signal.SIGINT)  # raises here, mid-step: nothing is saved
+            loop.step_done(1, 2, lambda: {"x": 1})
+    assert not _files(tmp_path)
+    assert signal.getsignal(signal.SIGINT) is before
+    with pytest.raises(ValueError, match="stage must be a plain name"):
+        Checkpoints(tmp_path).loop("../x", {})

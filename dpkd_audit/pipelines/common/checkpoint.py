@@ -46,6 +46,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -177,7 +178,14 @@ class Checkpoints:
         return taken
 
     def loop(self, stage: str, key: Mapping[str, Any]) -> LoopCheckpoint:
-        """The checkpoint of loop ``stage`` whose result depends on ``key`` (JSON-able)."""
+        """The checkpoint of loop ``stage`` whose result depends on ``key`` (JSON-able).
+
+        Raises:
+            ValueError: If ``stage`` is not a plain name (letters, digits, ``_``, ``-``).
+        """
+        if not isinstance(stage, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", stage):
+            raise ValueError(f"stage must be a plain name of letters, digits, _ and - (1-64 "
+                             f"characters): it names the checkpoint file; got {stage!r}")
         text = json.dumps({"stage": stage, **key}, sort_keys=True)
         name = f"{stage}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.pt"
         return LoopCheckpoint(self, self.directory / name, stage=stage, key=text)
