@@ -244,7 +244,7 @@ def test_the_cli_resumes_a_run_and_says_so(tmp_path: Path, capsys) -> None:
         assert "ensemble.num_teachers: 4 (preset: 25)" in first["preset_departures"]
         assert main([*argv, "--out", str(tmp_path / "b")]) == 0
     second = json.loads((tmp_path / "b" / "result.json").read_text())
-    assert [loop["stage"] for loop in second["resumed_loops"]] == ["ensemble", "teacher",
+    assert [loop["stage"] for loop in second["resumed_loops"]] == ["ensemble", "baseline",
                                                                    "generator"]
     assert all(loop["step"] == loop["total"] for loop in second["resumed_loops"])
     assert second["test_accuracy"] == first["test_accuracy"]

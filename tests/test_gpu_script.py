@@ -261,7 +261,7 @@ def test_a_resumed_tiny_run_continues_from_its_checkpoints(
     out = tmp_path / "run"
     shutil.copytree(tiny[0], out)
     assert sorted(p.name.split("-")[0] for p in (out / "checkpoints").glob("*.pt")) == [
-        "ensemble", "generator", "generator", "student", "teacher", "teacher"]
+        "baseline", "ensemble", "generator", "generator", "student", "teacher"]
     lines = _stages(out)
     for line in lines:  # as if the dgd stage had been cut after its first run
         if line["stage"] == "dgd":
@@ -278,7 +278,7 @@ def test_a_resumed_tiny_run_continues_from_its_checkpoints(
     cut = json.loads(records[1])
     assert len(again) == 2 and again[1]["queries"] == cut["queries"]
     assert again[1]["test_accuracy"] == cut["test_accuracy"]  # bit-identical on the CPU
-    assert {loop["stage"] for loop in again[1]["resumed_loops"]} == {"ensemble", "teacher",
+    assert {loop["stage"] for loop in again[1]["resumed_loops"]} == {"ensemble", "baseline",
                                                                      "generator"}
     assert "resumed at step" in (out / "logs" / "dgd.w2.stderr").read_text()
     with tarfile.open(tmp_path / "b.tar.gz") as tar:  # records only: no checkpoint

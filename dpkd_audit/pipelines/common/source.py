@@ -41,7 +41,7 @@ def fit_source(dataset: Dataset, *, config: TeacherConfig, role: str, timer: Sta
         trained = train_teacher(
             dataset.train_images, dataset.train_labels, num_classes=dataset.num_classes,
             test_images=dataset.test_images, test_labels=dataset.test_labels,
-            config=config, seed=seed, device=device, progress=progress)
+            config=config, seed=seed, device=device, progress=progress, desc=role)
     return trained.model.eval(), trained.test_accuracy
 
 

@@ -261,7 +261,8 @@ def build_teacher(config: TeacherConfig, image_shape: tuple[int, int], num_class
 
 def train_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int,
                   test_images: np.ndarray, test_labels: np.ndarray, config: TeacherConfig,
-                  seed: int, device: torch.device, progress: bool = True) -> StudentResult:
+                  seed: int, device: torch.device, progress: bool = True,
+                  desc: str = "teacher") -> StudentResult:
     """Train a teacher on the private split **without** privacy; last-epoch test accuracy.
 
     The result's model saw the private records without noise: nothing computed from it is
@@ -277,6 +278,7 @@ def train_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int,
         seed: Seed (>= 0) of initialisation, shuffling and augmentation.
         device: CPU or CUDA.
         progress: A tqdm bar over epochs.
+        desc: The progress bar's and the loop checkpoint's name (DGD's ``"baseline"``).
 
     Returns:
         A :class:`~dpkd_audit.pipelines.common.student.StudentResult` (model in eval mode).
@@ -287,7 +289,7 @@ def train_teacher(images: np.ndarray, labels: np.ndarray, *, num_classes: int,
         lambda shape, generator: build_teacher(config, shape, num_classes, generator=generator),
         images, labels, num_classes=num_classes, test_images=test_images,
         test_labels=test_labels, config=config.training, seed=seed, device=device,
-        progress=progress, desc="teacher")
+        progress=progress, desc=desc)
 
 
 def penultimate_features(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
