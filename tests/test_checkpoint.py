@@ -290,3 +290,34 @@ def test_a_second_sigint_stops_at_once_and_the_handler_is_restored(tmp_path: Pat
     assert signal.getsignal(signal.SIGINT) is before
     with pytest.raises(ValueError, match="stage must be a plain name"):
         Checkpoints(tmp_path).loop("../x", {})
+
+
+def test_a_generator_fitted_to_another_release_never_continues_an_old_checkpoint(
+        tmp_path: Path) -> None:
+    """The privacy claim of the module: a loop after a DP release keys on that release."""
+    from types import SimpleNamespace
+
+    from dpkd_audit.pipelines.common.generator import _statistics_fingerprint
+
+    config = GeneratorConfig(width=8, steps=3, batch_size=4, beta=0.0)
+
+    def train(seed: int) -> None:
+        teacher = build_student((8, 8), 3, 4,
+                                generator=torch.Generator().manual_seed(seed)).eval()
+        GeneratorTrainer(teacher, image_shape=(8, 8), num_classes=3, config=config, seed=0,
+                         device="cpu").train(config.steps)
+
+    with single_thread(), Checkpoints(tmp_path) as checkpoints:
+        train(1)
+        train(2)  # another teacher (a second DP-SGD release): a fresh loop, a new file
+        assert checkpoints.resumed == [] and len(_files(tmp_path)) == 2
+        train(1)
+        assert [stage for stage, _, _ in checkpoints.resumed] == ["generator"]
+
+    def released(mean: float) -> SimpleNamespace:
+        return SimpleNamespace(reference=SimpleNamespace(
+            means=(torch.full((2,), mean),), variances=(torch.ones(2),),
+            pixel_statistics=False))
+
+    assert _statistics_fingerprint(released(0.5)) == _statistics_fingerprint(released(0.5))
+    assert _statistics_fingerprint(released(0.5)) != _statistics_fingerprint(released(0.25))

@@ -63,7 +63,8 @@ from torch import nn
 from dpkd_audit import provenance
 
 __all__ = ["Checkpoints", "LoopCheckpoint", "active_checkpoints", "code_identity",
-           "fingerprint", "loop_checkpoint", "no_loop_checkpoint"]
+           "fingerprint", "loop_checkpoint", "no_loop_checkpoint", "restore_training",
+           "training_state"]
 
 #: The format of a checkpoint file (bumped when the header changes).
 FORMAT = 1
@@ -133,6 +134,23 @@ def fingerprint(*values: Any) -> str:
     for value in values:
         _update(digest, value)
     return digest.hexdigest()
+
+
+def training_state(model: nn.Module, optimizer: torch.optim.Optimizer, schedule: Any,
+                   rng: torch.Generator, **extra: Any) -> dict[str, Any]:
+    """A loop's state: model, optimizer, learning-rate schedule, seeded generator, ``extra``."""
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "schedule": schedule.state_dict(), "rng": rng.get_state(), **extra}
+
+
+def restore_training(saved: Mapping[str, Any], model: nn.Module,
+                     optimizer: torch.optim.Optimizer, schedule: Any,
+                     rng: torch.Generator) -> None:
+    """Put a :func:`training_state` back into the loop's objects (its ``extra`` is the caller's)."""
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    schedule.load_state_dict(saved["schedule"])
+    rng.set_state(saved["rng"])
 
 
 class Checkpoints:

@@ -59,7 +59,13 @@ from torch import nn
 from dpkd_audit import _validate
 from dpkd_audit.devices import resolve_device
 from dpkd_audit.pipelines import limits
-from dpkd_audit.pipelines.common.checkpoint import LoopCheckpoint, fingerprint, loop_checkpoint
+from dpkd_audit.pipelines.common.checkpoint import (
+    LoopCheckpoint,
+    fingerprint,
+    loop_checkpoint,
+    restore_training,
+    training_state,
+)
 from dpkd_audit.pipelines.common.config import parse_enum
 from dpkd_audit.pipelines.common.progress import progress_counter
 from dpkd_audit.pipelines.common.student import StudentConfig, augment_batch
@@ -550,17 +556,13 @@ def _train_steps(ensemble: TeacherEnsemble, optimizer: torch.optim.Optimizer,
             parameter.grad = torch.zeros_like(parameter)
 
     def state() -> dict[str, Any]:
-        return {"model": ensemble.state_dict(), "optimizer": optimizer.state_dict(),
-                "schedule": schedule.state_dict(), "rng": generator.get_state()}
+        return training_state(ensemble, optimizer, schedule, generator)
 
     start = 0
     loaded = checkpoint.load()
     if loaded is not None:
         start, saved = loaded
-        ensemble.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        schedule.load_state_dict(saved["schedule"])
-        generator.set_state(saved["rng"])
+        restore_training(saved, ensemble, optimizer, schedule, generator)
         bar.update(start)
     for step in range(start, config.steps):
         index = draw_minibatches(generator, order, offsets, sizes, b).to(device)  # (n, b)

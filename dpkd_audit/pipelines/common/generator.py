@@ -72,6 +72,8 @@ from dpkd_audit.pipelines.common.checkpoint import (
     fingerprint,
     loop_checkpoint,
     no_loop_checkpoint,
+    restore_training,
+    training_state,
 )
 from dpkd_audit.pipelines.common.config import parse_enum
 from dpkd_audit.pipelines.common.progress import TailMeans, progress_counter
@@ -583,18 +585,14 @@ class GeneratorTrainer:
             "statistics": _statistics_fingerprint(self._bn)})
 
         def state() -> dict[str, Any]:
-            return {"generator": self.generator.state_dict(),
-                    "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
-                    "rng": self.rng.get_state(), "tail_means": dict(sums.means)}
+            return training_state(self.generator, optimizer, schedule, self.rng,
+                                  tail_means=dict(sums.means))
 
         first = 0
         loaded = checkpoint.load()
         if loaded is not None:
             first, saved = loaded
-            self.generator.load_state_dict(saved["generator"])
-            optimizer.load_state_dict(saved["optimizer"])
-            schedule.load_state_dict(saved["schedule"])
-            self.rng.set_state(saved["rng"])
+            restore_training(saved, self.generator, optimizer, schedule, self.rng)
             sums.means = dict(saved["tail_means"])
             bar.update(first)
         with _frozen(self.teacher), checkpoint:

@@ -42,7 +42,12 @@ from torch import nn
 from dpkd_audit import _validate
 from dpkd_audit.devices import resolve_device
 from dpkd_audit.pipelines import limits
-from dpkd_audit.pipelines.common.checkpoint import fingerprint, loop_checkpoint
+from dpkd_audit.pipelines.common.checkpoint import (
+    fingerprint,
+    loop_checkpoint,
+    restore_training,
+    training_state,
+)
 from dpkd_audit.pipelines.common.progress import progress_counter
 
 __all__ = [
@@ -506,20 +511,16 @@ def fit_classifier(build: Callable[[tuple[int, int], torch.Generator], nn.Module
     epoch_state: dict[str, Any] = {"order": None, "batch": 0, "total": None}
 
     def state() -> dict[str, Any]:
-        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "schedule": schedule.state_dict(), "rng": generator.get_state(),
-                "accuracies": list(accuracies), "losses": list(losses),
-                "order": epoch_state["order"], "batch": epoch_state["batch"],
-                "total": None if epoch_state["total"] is None
-                else epoch_state["total"].detach().cpu()}
+        return training_state(model, optimizer, schedule, generator,
+                              accuracies=list(accuracies), losses=list(losses),
+                              order=epoch_state["order"], batch=epoch_state["batch"],
+                              total=None if epoch_state["total"] is None
+                              else epoch_state["total"].detach().cpu())
 
     loaded = checkpoint.load()
     if loaded is not None:
         _, saved = loaded
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        schedule.load_state_dict(saved["schedule"])
-        generator.set_state(saved["rng"])
+        restore_training(saved, model, optimizer, schedule, generator)
         accuracies[:], losses[:] = saved["accuracies"], saved["losses"]
         epoch_state.update(order=saved["order"], batch=saved["batch"], total=saved["total"])
         bar.update(len(accuracies))
