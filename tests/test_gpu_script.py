@@ -255,6 +255,35 @@ def test_a_later_window_resumes_with_the_first_windows_sweeps(tmp_path: Path) ->
     assert "dgd: succeeded in an earlier window, skipped" in result.stderr
 
 
+def test_the_unchanged_paper_presets_over_two_windows(tmp_path: Path) -> None:
+    """The header's recipe: DGD alone in window 1, the rest in window 2, each given the call."""
+    out, data = tmp_path / "paper", str(tmp_path / "data")
+    common = ["--data-dir", data, "--device", "cpu", "--total", "575"]
+    result = _run(out, *common, "--stages", "dgd", "--dgd-ensemble-steps", "paper",
+                  "--stage-timeout", "dgd=545", cwd=tmp_path, env={"DPKD": "echo dpkd"},
+                  tiny=False)
+    assert result.returncode == 0, result.stderr[-4000:]
+    first = {line["stage"]: line for line in _stages(out)}
+    assert sorted(first) == ["dgd", "env"]
+    assert first["dgd"]["timeout_s"] == 545
+    assert "--ensemble-steps" not in first["dgd"]["command"]  # the preset's 3,000
+    result = _run(out, *common, "--resume", "--stages", "dpdfd,rknn,report",
+                  "--dpdfd-teacher-epochs", "paper", "--stage-timeout", "dpdfd=450",
+                  "--stage-timeout", "rknn=100", cwd=tmp_path, env={"DPKD": "echo dpkd"},
+                  tiny=False)
+    second = {line["stage"]: line for line in _stages(out) if line["window"] == 2}
+    assert sorted(second) == ["dpdfd", "env", "report", "rknn"]
+    assert second["dpdfd"]["exit_status"] == 0 and second["dpdfd"]["timeout_s"] == 450
+    assert "--teacher-epochs" not in second["dpdfd"]["command"]  # the preset's 10
+    assert "--resume" in second["dpdfd"]["command"] and second["rknn"]["timeout_s"] == 100
+    # the echo wrote no results.jsonl: the report stage refuses to read the committed reports/
+    assert second["report"]["exit_status"] != 0 and result.returncode == 1
+    for bad in ("dgd=0", "nope=5", "dgd", "dgd=1.5"):
+        refused = _run(tmp_path / "bad", "--stage-timeout", bad, cwd=tmp_path)
+        assert refused.returncode == 2 and "--stage-timeout must be STAGE=S" in refused.stderr
+        assert not (tmp_path / "bad").exists()  # refused before any work
+
+
 @pytest.mark.slow  # reuses the tiny run's records (its 40 s fixture)
 def test_a_resumed_tiny_run_continues_from_its_checkpoints(
         tiny: tuple[Path, Path], tmp_path: Path) -> None:
