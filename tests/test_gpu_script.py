@@ -267,6 +267,8 @@ def test_the_unchanged_paper_presets_over_two_windows(tmp_path: Path) -> None:
     assert sorted(first) == ["dgd", "env"]
     assert first["dgd"]["timeout_s"] == 545
     assert "--ensemble-steps" not in first["dgd"]["command"]  # the preset's 3,000
+    assert first["dgd"]["note"] == (
+        "the paper preset's 3000 ensemble steps (--dgd-ensemble-steps paper)")
     result = _run(out, *common, "--resume", "--stages", "dpdfd,rknn,report",
                   "--dpdfd-teacher-epochs", "paper", "--stage-timeout", "dpdfd=450",
                   "--stage-timeout", "rknn=100", cwd=tmp_path, env={"DPKD": "echo dpkd"},

@@ -679,6 +679,8 @@ if wanted dgd; then
     else
       dgd_note="the paper preset's ensemble steps, as in the earlier window (--resume)"
     fi
+  elif [[ $DGD_ENSEMBLE_STEPS == paper ]]; then
+    dgd_note="the paper preset's $PAPER_ENSEMBLE_STEPS ensemble steps (--dgd-ensemble-steps paper)"
   elif [[ $DGD_ENSEMBLE_STEPS =~ ^[0-9]+$ ]]; then
     dgd+=(--ensemble-steps "$DGD_ENSEMBLE_STEPS")
     dgd_note="--ensemble-steps $DGD_ENSEMBLE_STEPS given by --dgd-ensemble-steps"
