@@ -146,11 +146,10 @@ def small_dp_sgd(*, digits: bool) -> DpSgdConfig:
     Tramer and Boneh's choices for ScatterNet models (clipping norm 0.1, SGD with momentum
     0.9), with the learning rate and length measured here on the sound DGD plan (seed 0;
     ``benchmarks/sound_dp_baseline.py``, ``benchmarks/README.md``). MNIST at record-level
-    epsilon 1 (PLD calibration): learning rate 0.5 for 15 epochs of batch 512 gives 97.89%
-    (the tanh CNN: 95.53%, 3 seeds); 1.0 gives 97.68%, 4.0 93.66%, 25 epochs at 1.0 97.09%,
-    batch 2,048 for 10 epochs at 8.0 97.18%; clipping at 1.0 (0.5 with momentum, 2.0
-    without) 88.8% / 95.8%, falling with the epochs. Fashion-MNIST at epsilon 1: 87.02% at
-    0.5, 86.95% at 1.0. At epsilon 10 (RDP) less noise wants more and larger steps: MNIST
+    epsilon 1 (RDP, the presets' calibration): learning rate 0.5 for 15 epochs of batch 512
+    gives 97.83% (the tanh CNN: 95.53%, 3 seeds), 1.0 97.48%, 4.0 91.84%; Fashion-MNIST
+    86.93% at 0.5, 86.73% at 1.0. At epsilon 10 (RDP)
+    less noise wants more and larger steps: MNIST
     98.42% (15 epochs at 1.0), 98.36% (at 2.0), 98.52% (30 epochs at 1.0); Fashion-MNIST
     88.48% / 88.85% (15 epochs at 1.0 / 2.0). Hence ``by_target``: targets from 5 up take 30
     epochs at 1.0. The digits (10 epochs of batch 64, RDP, 3 seeds): 0.5 gives 67.7% / 83.4%
