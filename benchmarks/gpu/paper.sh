@@ -280,7 +280,7 @@ done
 [[ $ARCHIVE_CHECKPOINT_MB =~ ^[0-9]+$ ]] \
   || die "--archive-checkpoint-mb must be whole MiB >= 0; got $ARCHIVE_CHECKPOINT_MB"
 for pair in "${STAGE_TIMEOUTS[@]}"; do
-  [[ $pair =~ ^(env|ensemble|dgd|dpdfd|rknn|report)=[1-9][0-9]*$ ]] \
+  [[ $pair =~ ^([a-z]+)=[1-9][0-9]*$ && " env ${ALL_STAGES[*]} " == *" ${BASH_REMATCH[1]} "* ]] \
     || die "--stage-timeout must be STAGE=S (STAGE one of env ${ALL_STAGES[*]}, S whole seconds >= 1); got $pair"
 done
 IFS=, read -r -a SELECTED <<< "$STAGES"

@@ -148,13 +148,12 @@ def small_dp_sgd(*, digits: bool) -> DpSgdConfig:
     ``benchmarks/sound_dp_baseline.py``, ``benchmarks/README.md``). MNIST at record-level
     epsilon 1 (RDP, the presets' calibration): learning rate 0.5 for 15 epochs of batch 512
     gives 97.83% (the tanh CNN: 95.53%, 3 seeds), 1.0 97.48%, 4.0 91.84%; Fashion-MNIST
-    86.93% at 0.5, 86.73% at 1.0. At epsilon 10 (RDP)
-    less noise wants more and larger steps: MNIST
-    98.42% (15 epochs at 1.0), 98.36% (at 2.0), 98.52% (30 epochs at 1.0); Fashion-MNIST
-    88.48% / 88.85% (15 epochs at 1.0 / 2.0). Hence ``by_target``: targets from 5 up take 30
-    epochs at 1.0. The digits (10 epochs of batch 64, RDP, 3 seeds): 0.5 gives 67.7% / 83.4%
-    at epsilon 2 / 8 (the VGG-like net: 14.8% / 48.8%), 1.0 54.2% / 85.3%, 0.25 68.3% /
-    74.7%; a cosine schedule 64.9% / 73.7%.
+    86.93% at 0.5, 86.73% at 1.0. At epsilon 10 (RDP) less noise wants more and larger
+    steps: MNIST 98.42% (15 epochs at 1.0), 98.36% (at 2.0), 98.52% (30 epochs at 1.0);
+    Fashion-MNIST 88.48% / 88.85% (15 epochs at 1.0 / 2.0). Hence ``by_target``: targets from
+    5 up take 30 epochs at 1.0. The digits (10 epochs of batch 64, RDP, 3 seeds): 0.5 gives
+    67.7% / 83.4% at epsilon 2 / 8 (the VGG-like net: 14.8% / 48.8%), 1.0 54.2% / 85.3%,
+    0.25 68.3% / 74.7%; a cosine schedule 64.9% / 73.7%.
     """
     if digits:
         return DpSgdConfig(epochs=10, batch_size=64, learning_rate=0.5, momentum=0.9,
