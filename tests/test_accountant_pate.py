@@ -49,6 +49,7 @@ from dpkd_audit.accountants.pate import (
     lnmax_rdp,
     smooth_sensitivity_release_cost,
 )
+from dpkd_audit.accountants.pate.smooth_sensitivity import _gnmax_thresholds
 from dpkd_audit.accountants.rdp import RDPAccountant, epsilon_from_rdp, rdp_curve
 from dpkd_audit.events import GaussianNoisyMaxDpEvent, LaplaceNoisyMaxDpEvent, PureDpEvent
 from dpkd_audit.mechanisms.pate import GaussianNoisyMax
@@ -279,7 +280,7 @@ def test_data_dependent_range_matches_the_authors_q0(sigma):
             above = gnmax_rdp_from_logq(math.log(math.exp(-neglogq0) + extra), sigma, [order])
             assert above[0] == below[0] == order / sigma**2
         # Our exact crossing lies just below their eyeballed value (within 6%).
-        ours = -pate._gnmax_thresholds(float(sigma), order, 10).logq0
+        ours = -_gnmax_thresholds(float(sigma), order, 10).logq0
         assert neglogq0 <= ours <= 1.06 * neglogq0
 
 
@@ -673,7 +674,7 @@ def test_report_shows_both_line_items():
     assert "data-independent epsilon" in text
     rel = report.release
     assert rel is not None and rel.release_rdp > 0
-    assert pate._gnmax_thresholds(SIGMA, rel.order, 10).conditions_hold
+    assert _gnmax_thresholds(SIGMA, rel.order, 10).conditions_hold
     alone, total = rel.epsilon(DELTA)
     assert total > alone >= float(report.data_dependent_epsilon) * (1 - 1e-12)
     assert report.data_dependent_epsilon.kind is BoundKind.DATA_DEPENDENT
