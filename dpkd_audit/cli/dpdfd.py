@@ -59,6 +59,13 @@ def _config(args: argparse.Namespace, *, epsilon: float, mode: str) -> Any:
                              "sound runs only (a published student starts from scratch, as "
                              "the paper's)")
         overrides["student_from_teacher"] = args.student_from_teacher
+    if args.student_from_teacher_lr is not None:
+        if "sound" not in getattr(args, "modes", [mode]) or args.student_from_teacher is False:
+            raise ValueError("--student-from-teacher-lr applies to sound runs whose student "
+                             "starts from the teacher only; got it with "
+                             + ("--no-student-from-teacher" if args.student_from_teacher is False
+                                else "no sound mode"))
+        overrides["student_from_teacher_learning_rate"] = args.student_from_teacher_lr
     config = DpdfdConfig.preset_config(args.preset, **overrides)
     replace = dataclasses.replace
     if args.teacher_epochs is not None:
@@ -134,6 +141,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="sound mode: the student starts from a copy of the DP teacher "
                         "(post-processing; not in the paper; the default) or, with --no-..., "
                         "from scratch")
+    p.add_argument("--student-from-teacher-lr", type=positive_float,
+                   help="sound mode: Adam learning rate of the student that starts from the "
+                        "teacher (default: the preset's, 3e-4)")
     add_dp_sgd_arguments(p, network="DP teacher")
     p.add_argument("--statistics-share", type=fraction,
                    help="sound mode: epsilon of the DP feature-statistics release as a share "

@@ -455,7 +455,7 @@ def run(config: DpdfdConfig, *, ledger: Ledger, rng: np.random.Generator,
     mechanism = SelectiveRandomizedResponse(epsilon=config.per_label_epsilon,
                                             num_classes=num_classes, threshold=config.threshold)
     latents = torch.Generator().manual_seed(config.seed + 2)
-    student = StagedStudent(config=config.student, image_shape=dataset.image_shape,
+    student = StagedStudent(config=config.active_student, image_shape=dataset.image_shape,
                             num_classes=num_classes, stages=config.stages, seed=config.seed + 3,
                             device=device, initial_model=prepared.teacher
                             if config.active_student_from_teacher else None)
