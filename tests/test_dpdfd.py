@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import math
@@ -379,6 +380,45 @@ def test_the_published_student_never_starts_from_the_teacher() -> None:
     assert tiny(mode="sound", epsilon=2.0).active_student_from_teacher
     with pytest.raises(ValueError, match="student_from_teacher must be True or False"):
         tiny(mode="sound", epsilon=2.0, student_from_teacher="yes")
+
+
+def test_the_student_from_the_teacher_trains_at_its_own_learning_rate(monkeypatch) -> None:
+    sound = tiny(mode="sound", epsilon=2.0)
+    assert sound.student_from_teacher_learning_rate == 3e-4
+    assert sound.active_student.learning_rate == 3e-4
+    assert sound.active_student == dataclasses.replace(sound.student, learning_rate=3e-4)
+    for config in (tiny(mode="published", epsilon=2.0),
+                   tiny(mode="sound", epsilon=2.0, student_from_teacher=False),
+                   tiny(mode="sound", epsilon=2.0, student_from_teacher_learning_rate=None)):
+        assert config.active_student == config.student  # a fresh student keeps its own rate
+    for bad in (0, -1e-3, math.nan, math.inf, True, "3e-4"):
+        with pytest.raises(ValueError, match="student_from_teacher_learning_rate must be"):
+            tiny(mode="sound", epsilon=2.0, student_from_teacher_learning_rate=bad)
+    seen = []
+    real = dpdfd.pipeline.StagedStudent
+
+    def spy(*, config, **kwargs):
+        seen.append((config.learning_rate, kwargs["initial_model"] is not None))
+        return real(config=config, **kwargs)
+
+    monkeypatch.setattr(dpdfd.pipeline, "StagedStudent", spy)
+    config = tiny(mode="sound", epsilon=2.0, student_from_teacher_learning_rate=5e-4)
+    run(config, ledger=ledger_for(config), rng=label_rng(config), progress=False)
+    assert seen == [(5e-4, True)]
+
+
+def test_cli_student_from_teacher_lr_reaches_the_config_and_is_refused_elsewhere(
+        tmp_path: Path, capsys) -> None:
+    argv = _cli(tmp_path, "--mode", "sound", "--epsilon", "2", "--student-from-teacher-lr",
+                "1e-4")
+    assert main(argv) == 0
+    record = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert record["config"]["student_from_teacher_learning_rate"] == 1e-4
+    for extra in (["--mode", "published"], ["--mode", "sound", "--no-student-from-teacher"]):
+        assert main(_cli(tmp_path / "bad", *extra, "--epsilon", "2",
+                         "--student-from-teacher-lr", "1e-4")) == 2
+        assert "--student-from-teacher-lr applies to sound runs" in capsys.readouterr().err
+        assert not (tmp_path / "bad" / "out").exists()
 
 
 def test_dpkd_ledger_shows_an_unbounded_ledger_in_strict_json(tmp_path: Path, capsys) -> None:
